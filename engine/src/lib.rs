@@ -1,0 +1,10 @@
+//! The ollamars inference engine.
+//!
+//! Takes a GGUF file and tokens, gives logits and text. Knows nothing of HTTP, async, JSON wire
+//! formats or the model store (see ARCHITECTURE.md).
+
+pub mod error;
+pub mod gguf;
+pub mod quant;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Shared helpers for the end-to-end tests in `tests/tests/`.
