@@ -8,3 +8,6 @@ pub mod gguf;
 pub mod quant;
 
 pub use error::{Error, Result};
+
+/// A token id of a model's vocabulary.
+pub type TokenId = u32;
