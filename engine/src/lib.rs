@@ -6,6 +6,8 @@
 pub mod error;
 pub mod gguf;
 pub mod quant;
+pub mod sample;
+pub mod stop;
 
 pub use error::{Error, Result};
 
