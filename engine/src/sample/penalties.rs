@@ -83,10 +83,7 @@ mod tests {
         // Window holds [2, 1, 3]: the first 1 fell out, so every token counts once.
         let mut logits = vec![1.0, 4.0, -1.0, 0.0, 5.0];
         p.apply(&mut logits);
-        assert_eq!(
-            logits,
-            vec![1.0, 4.0 / 2.0 - 0.75, -2.0 - 0.75, 0.0 - 0.75, 5.0]
-        );
+        assert_eq!(logits, vec![1.0, 4.0 / 2.0 - 0.75, -2.0 - 0.75, 0.0 - 0.75, 5.0]);
 
         let mut p = Penalties::new(8, 1.0, 0.5, 0.25);
         for t in [1, 1, 1] {
