@@ -12,6 +12,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An error about the contents of a file, with the file it is about.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
     /// Not a GGUF file we can read at all (wrong magic, v1, GGML/GGJT, big-endian, future versions).
     #[error("unsupported format: {0}")]
     UnsupportedFormat(String),
@@ -41,6 +48,25 @@ impl Error {
         Error::Corrupt {
             offset,
             msg: msg.into(),
+        }
+    }
+
+    /// Says which file an error about a file's contents is about (I/O errors already do).
+    pub(crate) fn in_file(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            e @ (Error::Io { .. } | Error::InFile { .. }) => e,
+            e => Error::InFile {
+                path: path.into(),
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// The error itself, without the file it is about.
+    pub fn without_path(&self) -> &Error {
+        match self {
+            Error::InFile { source, .. } => source.without_path(),
+            e => e,
         }
     }
 

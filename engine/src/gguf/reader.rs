@@ -1,12 +1,15 @@
 //! Parsing the GGUF header (metadata and tensor infos) from bytes, trusting nothing.
 //!
 //! Every count, length and offset is checked against the bytes that remain before anything is
-//! allocated for it, and all arithmetic on file values is overflow-checked, so a hostile file costs
-//! at most time and memory proportional to its size (and metadata values are capped in number).
+//! allocated for it, and all arithmetic on file values is overflow-checked. Parsing takes time
+//! linear in the file's header, and the memory it allocates is charged to a fixed budget
+//! ([`MAX_HEADER_MEMORY`]) before it is allocated, so a hostile file is rejected quickly and
+//! cheaply whatever it claims. Errors name what is wrong and the byte where it was found.
 
 use std::collections::HashSet;
+use std::mem::size_of;
 
-use super::value::{Metadata, Value, ValueType};
+use super::value::{Array, Metadata, Value, ValueType};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -16,12 +19,14 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: usize = 4;
 /// ggml's `GGML_MAX_NAME`: a tensor name must be shorter than this many bytes.
 pub const MAX_NAME: usize = 64;
-/// Arrays may nest (the spec allows it), but not deeper than this.
-const MAX_ARRAY_DEPTH: usize = 4;
-/// Total metadata values (array elements included) we accept in one file. The largest real
-/// vocabularies hold a few hundred thousand tokens and merges; this bounds the memory a lying
-/// file can make us allocate for `Value`s to a few hundred MiB.
-pub const MAX_METADATA_VALUES: u64 = 8 << 20;
+/// Arrays may nest (the spec allows it; llama.cpp does not), at most this many levels deep, so
+/// that parsing never recurses deeply.
+pub const MAX_ARRAY_DEPTH: usize = 4;
+/// The most memory (in bytes, as counted by the parser) that the parsed metadata and tensor
+/// infos of one file may take. Real models need far less: Gemma 3's 262k-token vocabulary, the
+/// biggest part of any header, takes about 15 MiB, and a model with thousands of tensors a few
+/// MiB of tensor infos. A file that would need more is rejected before the memory is allocated.
+pub const MAX_HEADER_MEMORY: u64 = 256 << 20;
 
 /// What a tensor is and where its bytes are, as recorded in a GGUF file.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,50 +68,85 @@ pub struct Header {
     pub data_offset: u64,
 }
 
+/// The number of bytes a tensor of type `ty` and shape `dims` takes, with the checks ggml makes
+/// when it reads a tensor info (`gguf.cpp`): every dimension fits in an `i64`, so does the element
+/// count, the row length is a whole number of blocks, and the byte size does not overflow.
+pub fn tensor_size(ty: GgmlType, dims: &[u64]) -> std::result::Result<u64, String> {
+    if dims.len() > MAX_DIMS {
+        return Err(format!(
+            "{} dimensions, at most {MAX_DIMS} are allowed",
+            dims.len()
+        ));
+    }
+    if let Some(d) = dims.iter().find(|&&d| d > i64::MAX as u64) {
+        return Err(format!("dimension {d} does not fit in an i64"));
+    }
+    // ggml keeps element counts in an i64.
+    let n_elements = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= i64::MAX as u64)
+        .ok_or_else(|| format!("shape {dims:?} has more than 2^63 elements"))?;
+    let row = dims.first().copied().unwrap_or(1);
+    if !row.is_multiple_of(ty.block_size()) {
+        return Err(format!(
+            "row length {row} is not a multiple of the {} block size {}",
+            ty.name(),
+            ty.block_size()
+        ));
+    }
+    (n_elements / ty.block_size())
+        .checked_mul(ty.type_size())
+        .ok_or_else(|| format!("shape {dims:?} of type {} overflows a u64 byte size", ty.name()))
+}
+
 /// Parses and validates a whole GGUF file image (header and tensor bounds).
 pub fn parse(bytes: &[u8]) -> Result<Header> {
     check_magic(bytes)?;
     let mut c = Cursor {
         bytes,
         pos: 4,
-        values: 0,
+        budget: MAX_HEADER_MEMORY,
     };
-    let version = c.u32()?;
+    let version = c.u32("version")?;
     match version {
         2 | 3 => {}
         1 => {
             return Err(Error::UnsupportedFormat(
-                "GGUF version 1 is no longer supported; re-convert the model".into(),
+                "GGUF version 1 is no longer supported; re-convert the model with a current llama.cpp".into(),
             ))
         }
         v if v & 0xFFFF == 0 => {
-            return Err(Error::UnsupportedFormat(
-                "big-endian GGUF files are not supported".into(),
-            ))
+            return Err(Error::UnsupportedFormat(format!(
+                "GGUF version field {v:#010x} looks byte-swapped: big-endian GGUF files are not supported"
+            )))
         }
         v => {
             return Err(Error::UnsupportedFormat(format!(
-                "GGUF version {v} is newer than this reader (2 and 3)"
+                "GGUF version {v} is not supported (this reader knows versions 2 and 3)"
             )))
         }
     }
-    let n_tensors = c.u64()?;
-    let n_kv = c.u64()?;
+    let n_tensors = c.u64("tensor count")?;
+    let n_kv = c.u64("metadata count")?;
 
-    // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
-    // 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset).
-    c.check_count(n_kv, 13, "metadata key/value pairs")?;
+    // A key/value pair takes at least 8 (key length) + 1 (key) + 4 (type) + 1 (value) bytes.
+    c.check_count(n_kv, 14, "metadata key/value pairs")?;
     let mut metadata = Metadata::new();
-    for _ in 0..n_kv {
+    for i in 0..n_kv {
         let at = c.pos as u64;
-        let key = c.string("metadata key")?;
+        let key = c.str(&format!("metadata key {i}"))?;
         if key.is_empty() {
-            return Err(Error::corrupt(at, "empty metadata key"));
+            return Err(Error::corrupt(at, format!("metadata key {i} is empty")));
         }
-        let ty = c.value_type()?;
-        let value = c.value(ty, 0)?;
-        if !metadata.insert_new(key.clone(), value) {
-            return Err(Error::corrupt(at, format!("duplicate metadata key '{key}'")));
+        // The key is stored twice (the ordered entries and the index) next to its value.
+        c.charge(2 * (key.len() + size_of::<String>()) + size_of::<(String, Value)>() + size_of::<usize>())?;
+        let value = c
+            .value_type()
+            .and_then(|ty| c.value(ty, 0))
+            .map_err(|e| in_context(e, &format!("metadata key {key:?}")))?;
+        if !metadata.insert_new(key.to_string(), value) {
+            return Err(Error::corrupt(at, format!("duplicate metadata key {key:?}")));
         }
     }
 
@@ -116,19 +156,24 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
         Some(v) => {
             return Err(Error::BadKey {
                 key: "general.alignment".into(),
-                msg: format!("must be a power-of-two u32, found {} {v}", v.value_type().name()),
+                msg: format!("must be a power-of-two u32, found {} {v}", v.value_type()),
             })
         }
     };
 
+    // A tensor info takes at least 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes.
     c.check_count(n_tensors, 24, "tensor infos")?;
+    c.charge_n(n_tensors, size_of::<TensorInfo>() + size_of::<&str>())?;
     let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut names = HashSet::new();
+    let mut names = HashSet::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
         let at = c.pos as u64;
-        let t = c.tensor_info(i, alignment)?;
-        if !names.insert(t.name.clone()) {
-            return Err(Error::corrupt(at, format!("duplicate tensor name '{}'", t.name)));
+        let (name, t) = c.tensor_info(i, alignment)?;
+        if !names.insert(name) {
+            return Err(Error::corrupt(
+                at,
+                format!("tensor {i}: duplicate tensor name {name:?}"),
+            ));
         }
         tensors.push(t);
     }
@@ -139,22 +184,10 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
     if !tensors.is_empty() && data_offset > file_len {
         return Err(Error::corrupt(
             file_len,
-            format!("file ends before its data section at byte {data_offset}"),
+            format!("file ends before its data section, which starts at byte {data_offset}"),
         ));
     }
-    let data_len = file_len.saturating_sub(data_offset);
-    for t in &tensors {
-        let end = t.offset.checked_add(t.size);
-        if end.is_none_or(|end| end > data_len) {
-            return Err(Error::corrupt(
-                data_offset.saturating_add(t.offset),
-                format!(
-                    "tensor '{}' ({} bytes at data offset {}) extends past the end of the file ({} data bytes)",
-                    t.name, t.size, t.offset, data_len
-                ),
-            ));
-        }
-    }
+    check_tensor_data(&tensors, data_offset, file_len)?;
     Ok(Header {
         version,
         metadata,
@@ -162,6 +195,44 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
         alignment,
         data_offset,
     })
+}
+
+/// Every tensor's bytes lie inside the file and no two tensors share a byte.
+fn check_tensor_data(tensors: &[TensorInfo], data_offset: u64, file_len: u64) -> Result<()> {
+    let data_len = file_len.saturating_sub(data_offset);
+    for t in tensors {
+        if t.offset.checked_add(t.size).is_none_or(|end| end > data_len) {
+            return Err(Error::corrupt(
+                data_offset.saturating_add(t.offset),
+                format!(
+                    "tensor {:?} ({} bytes at data offset {}) extends past the end of the file ({} data bytes)",
+                    t.name, t.size, t.offset, data_len
+                ),
+            ));
+        }
+    }
+    // llama.cpp requires tensors to be laid out contiguously in info order; we accept any
+    // order (as older readers did) but never overlapping data.
+    let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
+    by_offset.sort_by_key(|t| (t.offset, t.size));
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.offset + a.size > b.offset {
+            return Err(Error::corrupt(
+                data_offset + b.offset,
+                format!(
+                    "tensor {:?} (data bytes {}..{}) overlaps tensor {:?} (data bytes {}..{})",
+                    b.name,
+                    b.offset,
+                    b.offset + b.size,
+                    a.name,
+                    a.offset,
+                    a.offset + a.size
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_magic(bytes: &[u8]) -> Result<()> {
@@ -176,20 +247,35 @@ fn check_magic(bytes: &[u8]) -> Result<()> {
     }
     // The pre-GGUF formats, as their magics appear on disk (little-endian u32s).
     let old = match magic {
-        b"lmgg" => Some("GGML (unversioned)"),
-        b"fmgg" => Some("GGMF"),
-        b"tjgg" => Some("GGJT"),
+        b"lmgg" => "GGML (unversioned)",
+        b"fmgg" => "GGMF",
+        b"tjgg" => "GGJT",
         b"FUGG" => {
             return Err(Error::UnsupportedFormat(
-                "big-endian GGUF files are not supported".into(),
+                "byte-swapped GGUF magic: big-endian GGUF files are not supported".into(),
             ))
         }
-        _ => None,
+        _ => {
+            return Err(Error::UnsupportedFormat(format!(
+                "not a GGUF file (it starts with \"{}\", not \"GGUF\")",
+                magic.escape_ascii()
+            )))
+        }
     };
-    Err(Error::UnsupportedFormat(match old {
-        Some(name) => format!("old {name} model format; convert it to GGUF with llama.cpp's tools"),
-        None => format!("not a GGUF file (magic {:02x?})", magic),
-    }))
+    Err(Error::UnsupportedFormat(format!(
+        "old {old} model format; convert the model to GGUF with llama.cpp's tools"
+    )))
+}
+
+/// Prefixes the message of a parse error with what was being read (a metadata key's name).
+fn in_context(e: Error, what: &str) -> Error {
+    match e {
+        Error::Corrupt { offset, msg } => Error::Corrupt {
+            offset,
+            msg: format!("{what}: {msg}"),
+        },
+        e => e,
+    }
 }
 
 pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
@@ -204,8 +290,8 @@ pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
-    /// Metadata values read so far (see [`MAX_METADATA_VALUES`]).
-    values: u64,
+    /// Memory the header may still allocate (see [`MAX_HEADER_MEMORY`]).
+    budget: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -217,7 +303,10 @@ impl<'a> Cursor<'a> {
         if n > self.remaining() {
             return Err(Error::corrupt(
                 self.pos as u64,
-                format!("{what} needs {n} bytes but only {} remain", self.remaining()),
+                format!(
+                    "{what} needs {n} bytes but the file ends {} bytes later",
+                    self.remaining()
+                ),
             ));
         }
         let s = &self.bytes[self.pos..self.pos + n as usize];
@@ -232,12 +321,12 @@ impl<'a> Cursor<'a> {
         Ok(a)
     }
 
-    fn u32(&mut self) -> Result<u32> {
-        self.array("u32").map(u32::from_le_bytes)
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        self.array(what).map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self) -> Result<u64> {
-        self.array("u64").map(u64::from_le_bytes)
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        self.array(what).map(u64::from_le_bytes)
     }
 
     /// Rejects a count whose elements (each at least `min_size` bytes) cannot fit in what remains.
@@ -255,9 +344,31 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
-    fn string(&mut self, what: &str) -> Result<String> {
+    /// Reserves `bytes` of the memory budget for something about to be allocated.
+    fn charge(&mut self, bytes: usize) -> Result<()> {
+        self.charge_n(1, bytes)
+    }
+
+    fn charge_n(&mut self, n: u64, each: usize) -> Result<()> {
+        match n.checked_mul(each as u64) {
+            Some(cost) if cost <= self.budget => {
+                self.budget -= cost;
+                Ok(())
+            }
+            _ => Err(Error::corrupt(
+                self.pos as u64,
+                format!(
+                    "metadata and tensor infos would take more than {} MiB of memory",
+                    MAX_HEADER_MEMORY >> 20
+                ),
+            )),
+        }
+    }
+
+    /// A length-prefixed UTF-8 string, borrowed from the input.
+    fn str(&mut self, what: &str) -> Result<&'a str> {
         let at = self.pos as u64;
-        let len = self.u64()?;
+        let len = self.u64(&format!("length of {what}"))?;
         if len > self.remaining() {
             return Err(Error::corrupt(
                 at,
@@ -265,78 +376,123 @@ impl<'a> Cursor<'a> {
             ));
         }
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| Error::corrupt(at, format!("{what} is not valid UTF-8")))
+        std::str::from_utf8(bytes).map_err(|e| Error::corrupt(at, format!("{what} is not valid UTF-8 ({e})")))
+    }
+
+    /// A string value: charged to the budget, then copied.
+    fn string(&mut self, what: &str) -> Result<String> {
+        let s = self.str(what)?;
+        self.charge(s.len())?;
+        Ok(s.to_string())
     }
 
     fn value_type(&mut self) -> Result<ValueType> {
         let at = self.pos as u64;
-        let id = self.u32()?;
+        let id = self.u32("value type")?;
         ValueType::from_id(id).ok_or_else(|| Error::corrupt(at, format!("unknown metadata value type {id}")))
     }
 
-    fn count_value(&mut self, n: u64) -> Result<()> {
-        self.values = self.values.saturating_add(n);
-        if self.values > MAX_METADATA_VALUES {
-            return Err(Error::corrupt(
-                self.pos as u64,
-                format!("more than {MAX_METADATA_VALUES} metadata values"),
-            ));
-        }
-        Ok(())
-    }
-
     fn value(&mut self, ty: ValueType, depth: usize) -> Result<Value> {
-        self.count_value(1)?;
         Ok(match ty {
             ValueType::U8 => Value::U8(self.array::<1>("u8")?[0]),
-            ValueType::I8 => Value::I8(self.array::<1>("i8")?[0] as i8),
+            ValueType::I8 => Value::I8(i8::from_le_bytes(self.array("i8")?)),
             ValueType::U16 => Value::U16(u16::from_le_bytes(self.array("u16")?)),
             ValueType::I16 => Value::I16(i16::from_le_bytes(self.array("i16")?)),
-            ValueType::U32 => Value::U32(self.u32()?),
+            ValueType::U32 => Value::U32(self.u32("u32")?),
             ValueType::I32 => Value::I32(i32::from_le_bytes(self.array("i32")?)),
             ValueType::F32 => Value::F32(f32::from_le_bytes(self.array("f32")?)),
-            ValueType::U64 => Value::U64(self.u64()?),
+            ValueType::U64 => Value::U64(self.u64("u64")?),
             ValueType::I64 => Value::I64(i64::from_le_bytes(self.array("i64")?)),
             ValueType::F64 => Value::F64(f64::from_le_bytes(self.array("f64")?)),
-            ValueType::Bool => {
-                let at = self.pos as u64;
-                match self.array::<1>("bool")?[0] {
-                    0 => Value::Bool(false),
-                    1 => Value::Bool(true),
-                    b => return Err(Error::corrupt(at, format!("bool value {b} is neither 0 nor 1"))),
-                }
-            }
+            ValueType::Bool => Value::Bool(self.bool()?),
             ValueType::String => Value::String(self.string("string value")?),
+            ValueType::Array => Value::Array(self.array_value(depth)?),
+        })
+    }
+
+    fn bool(&mut self) -> Result<bool> {
+        let at = self.pos as u64;
+        match self.array::<1>("bool")?[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(Error::corrupt(at, format!("bool value {b} is neither 0 nor 1"))),
+        }
+    }
+
+    /// An array value (element type, count, elements); `depth` is how many arrays enclose it.
+    fn array_value(&mut self, depth: usize) -> Result<Array> {
+        let at = self.pos as u64;
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(Error::corrupt(
+                at,
+                format!("arrays nested more than {MAX_ARRAY_DEPTH} deep"),
+            ));
+        }
+        let elem = self.value_type()?;
+        let count = self.u64("array length")?;
+        // Strings take at least their 8-byte length, arrays their type and length.
+        let min_size = match elem {
+            ValueType::String => 8,
+            ValueType::Array => 12,
+            fixed => fixed.fixed_size().unwrap_or(1),
+        };
+        self.check_count(count, min_size, &format!("{elem} array elements"))?;
+        let n = count as usize;
+        macro_rules! fixed {
+            ($variant:ident, $t:ty) => {{
+                const SIZE: usize = size_of::<$t>();
+                self.charge_n(count, SIZE)?;
+                let bytes = self.take(count * SIZE as u64, "array elements")?;
+                let v = bytes
+                    .chunks_exact(SIZE)
+                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk of SIZE bytes")))
+                    .collect();
+                Array::$variant(v)
+            }};
+        }
+        Ok(match elem {
+            ValueType::U8 => fixed!(U8, u8),
+            ValueType::I8 => fixed!(I8, i8),
+            ValueType::U16 => fixed!(U16, u16),
+            ValueType::I16 => fixed!(I16, i16),
+            ValueType::U32 => fixed!(U32, u32),
+            ValueType::I32 => fixed!(I32, i32),
+            ValueType::F32 => fixed!(F32, f32),
+            ValueType::U64 => fixed!(U64, u64),
+            ValueType::I64 => fixed!(I64, i64),
+            ValueType::F64 => fixed!(F64, f64),
+            ValueType::Bool => {
+                self.charge_n(count, 1)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.bool()?);
+                }
+                Array::Bool(v)
+            }
+            ValueType::String => {
+                self.charge_n(count, size_of::<String>())?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.string("string array element")?);
+                }
+                Array::String(v)
+            }
             ValueType::Array => {
-                let at = self.pos as u64;
-                if depth >= MAX_ARRAY_DEPTH {
-                    return Err(Error::corrupt(
-                        at,
-                        format!("arrays nested deeper than {MAX_ARRAY_DEPTH}"),
-                    ));
+                self.charge_n(count, size_of::<Array>())?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.array_value(depth + 1)?);
                 }
-                let elem = self.value_type()?;
-                let count = self.u64()?;
-                // Strings take at least their 8-byte length; arrays their type and count.
-                let min = elem
-                    .fixed_size()
-                    .unwrap_or(if elem == ValueType::Array { 12 } else { 8 });
-                self.check_count(count, min, "array elements")?;
-                self.count_value(count)?;
-                let mut items = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    items.push(self.value(elem, depth + 1)?);
-                }
-                Value::Array(elem, items)
+                Array::Array(v)
             }
         })
     }
 
-    fn tensor_info(&mut self, index: u64, alignment: u64) -> Result<TensorInfo> {
+    /// One tensor info; the name is returned borrowed too, for the duplicate check.
+    fn tensor_info(&mut self, index: u64, alignment: u64) -> Result<(&'a str, TensorInfo)> {
         let at = self.pos as u64;
-        let name = self.string("tensor name")?;
-        let bad = |msg: String| Error::corrupt(at, format!("tensor {index} '{name}': {msg}"));
+        let name = self.str(&format!("name of tensor {index}"))?;
+        let bad = |msg: String| Error::corrupt(at, format!("tensor {index} {name:?}: {msg}"));
         if name.len() >= MAX_NAME {
             return Err(bad(format!(
                 "name is {} bytes, the limit is {}",
@@ -344,7 +500,8 @@ impl<'a> Cursor<'a> {
                 MAX_NAME - 1
             )));
         }
-        let n_dims = self.u32()?;
+        self.charge(name.len() + MAX_DIMS * size_of::<u64>())?;
+        let n_dims = self.u32("dimension count")?;
         if n_dims as usize > MAX_DIMS {
             return Err(bad(format!(
                 "{n_dims} dimensions, at most {MAX_DIMS} are allowed"
@@ -352,45 +509,30 @@ impl<'a> Cursor<'a> {
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
-            dims.push(self.u64()?);
+            dims.push(self.u64("dimension")?);
         }
-        let type_at = self.pos;
-        let type_id = self.u32()?;
-        let offset = self.u64()?;
+        let type_at = self.pos as u64;
+        let type_id = self.u32("tensor type")?;
         let Some(ty) = GgmlType::from_id(type_id) else {
             return Err(Error::corrupt(
-                type_at as u64,
-                format!("tensor {index} '{name}': unknown tensor type {type_id}"),
+                type_at,
+                format!("tensor {index} {name:?}: unknown tensor type {type_id}"),
             ));
         };
-        // ggml keeps element counts in int64.
-        let n_elements = dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n <= i64::MAX as u64)
-            .ok_or_else(|| bad(format!("shape {dims:?} has too many elements")))?;
-        let row = dims.first().copied().unwrap_or(1);
-        if row % ty.block_size() != 0 {
-            return Err(bad(format!(
-                "row length {row} is not a multiple of the {} block size {}",
-                ty.name(),
-                ty.block_size()
-            )));
-        }
-        let size = (n_elements / ty.block_size())
-            .checked_mul(ty.type_size())
-            .ok_or_else(|| bad("byte size overflows".into()))?;
-        if offset % alignment != 0 {
+        let offset = self.u64("tensor data offset")?;
+        let size = tensor_size(ty, &dims).map_err(bad)?;
+        if !offset.is_multiple_of(alignment) {
             return Err(bad(format!(
                 "data offset {offset} is not a multiple of the alignment {alignment}"
             )));
         }
-        Ok(TensorInfo {
-            name,
+        let info = TensorInfo {
+            name: name.to_string(),
             dims,
             ty,
             offset,
             size,
-        })
+        };
+        Ok((name, info))
     }
 }

@@ -1,4 +1,8 @@
 //! GGUF metadata values and the ordered key/value map that holds them.
+//!
+//! Arrays are stored by element type (`Array::F32(Vec<f32>)`, `Array::String(Vec<String>)`), not
+//! as a `Vec<Value>`: a 262k-token vocabulary is then one vector of strings and its scores one
+//! vector of floats, and a numeric array takes no more memory than its bytes in the file.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -80,6 +84,12 @@ impl ValueType {
     }
 }
 
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -92,11 +102,154 @@ pub enum Value {
     F32(f32),
     Bool(bool),
     String(String),
-    /// An array: the element type is kept so that an empty array round-trips.
-    Array(ValueType, Vec<Value>),
+    Array(Array),
     U64(u64),
     I64(i64),
     F64(f64),
+}
+
+/// A metadata array: all elements of one type, stored compactly. Arrays of arrays hold each inner
+/// array with its own element type (the spec allows nesting; llama.cpp itself rejects it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    Array(Vec<Array>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+}
+
+/// Runs `$e` with `$v` bound to the vector inside any `Array` variant.
+macro_rules! each_array {
+    ($arr:expr, $v:ident => $e:expr) => {
+        match $arr {
+            Array::U8($v) => $e,
+            Array::I8($v) => $e,
+            Array::U16($v) => $e,
+            Array::I16($v) => $e,
+            Array::U32($v) => $e,
+            Array::I32($v) => $e,
+            Array::F32($v) => $e,
+            Array::Bool($v) => $e,
+            Array::String($v) => $e,
+            Array::Array($v) => $e,
+            Array::U64($v) => $e,
+            Array::I64($v) => $e,
+            Array::F64($v) => $e,
+        }
+    };
+}
+
+impl Array {
+    /// An empty array of element type `ty`.
+    pub fn empty(ty: ValueType) -> Array {
+        match ty {
+            ValueType::U8 => Array::U8(Vec::new()),
+            ValueType::I8 => Array::I8(Vec::new()),
+            ValueType::U16 => Array::U16(Vec::new()),
+            ValueType::I16 => Array::I16(Vec::new()),
+            ValueType::U32 => Array::U32(Vec::new()),
+            ValueType::I32 => Array::I32(Vec::new()),
+            ValueType::F32 => Array::F32(Vec::new()),
+            ValueType::Bool => Array::Bool(Vec::new()),
+            ValueType::String => Array::String(Vec::new()),
+            ValueType::Array => Array::Array(Vec::new()),
+            ValueType::U64 => Array::U64(Vec::new()),
+            ValueType::I64 => Array::I64(Vec::new()),
+            ValueType::F64 => Array::F64(Vec::new()),
+        }
+    }
+
+    pub fn elem_type(&self) -> ValueType {
+        match self {
+            Array::U8(_) => ValueType::U8,
+            Array::I8(_) => ValueType::I8,
+            Array::U16(_) => ValueType::U16,
+            Array::I16(_) => ValueType::I16,
+            Array::U32(_) => ValueType::U32,
+            Array::I32(_) => ValueType::I32,
+            Array::F32(_) => ValueType::F32,
+            Array::Bool(_) => ValueType::Bool,
+            Array::String(_) => ValueType::String,
+            Array::Array(_) => ValueType::Array,
+            Array::U64(_) => ValueType::U64,
+            Array::I64(_) => ValueType::I64,
+            Array::F64(_) => ValueType::F64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        each_array!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as a `Value` (strings and inner arrays are cloned: meant for display, not for
+    /// bulk access, which the typed variants give directly).
+    pub fn get(&self, i: usize) -> Option<Value> {
+        Some(match self {
+            Array::U8(v) => Value::U8(*v.get(i)?),
+            Array::I8(v) => Value::I8(*v.get(i)?),
+            Array::U16(v) => Value::U16(*v.get(i)?),
+            Array::I16(v) => Value::I16(*v.get(i)?),
+            Array::U32(v) => Value::U32(*v.get(i)?),
+            Array::I32(v) => Value::I32(*v.get(i)?),
+            Array::F32(v) => Value::F32(*v.get(i)?),
+            Array::Bool(v) => Value::Bool(*v.get(i)?),
+            Array::String(v) => Value::String(v.get(i)?.clone()),
+            Array::Array(v) => Value::Array(v.get(i)?.clone()),
+            Array::U64(v) => Value::U64(*v.get(i)?),
+            Array::I64(v) => Value::I64(*v.get(i)?),
+            Array::F64(v) => Value::F64(*v.get(i)?),
+        })
+    }
+
+    /// The elements as signed integers, whatever integer (or bool) type they are stored as;
+    /// `None` for other element types or a u64 beyond `i64::MAX`.
+    pub fn to_i64s(&self) -> Option<Vec<i64>> {
+        fn conv<T: Copy + TryInto<i64>>(v: &[T]) -> Option<Vec<i64>> {
+            v.iter().map(|&x| x.try_into().ok()).collect()
+        }
+        match self {
+            Array::U8(v) => conv(v),
+            Array::I8(v) => conv(v),
+            Array::U16(v) => conv(v),
+            Array::I16(v) => conv(v),
+            Array::U32(v) => conv(v),
+            Array::I32(v) => conv(v),
+            Array::U64(v) => conv(v),
+            Array::I64(v) => Some(v.clone()),
+            Array::Bool(v) => Some(v.iter().map(|&b| i64::from(b)).collect()),
+            Array::F32(_) | Array::F64(_) | Array::String(_) | Array::Array(_) => None,
+        }
+    }
+
+    /// The elements as floats, from any float or integer element type.
+    pub fn to_f32s(&self) -> Option<Vec<f32>> {
+        match self {
+            Array::F32(v) => Some(v.clone()),
+            Array::F64(v) => Some(v.iter().map(|&x| x as f32).collect()),
+            Array::U64(v) => Some(v.iter().map(|&x| x as f32).collect()),
+            _ => Some(self.to_i64s()?.into_iter().map(|x| x as f32).collect()),
+        }
+    }
+
+    pub fn as_strings(&self) -> Option<&[String]> {
+        match self {
+            Array::String(v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
 impl Value {
@@ -166,16 +319,16 @@ impl Value {
         }
     }
 
-    pub fn as_array(&self) -> Option<&[Value]> {
+    pub fn as_array(&self) -> Option<&Array> {
         match self {
-            Value::Array(_, v) => Some(v),
+            Value::Array(a) => Some(a),
             _ => None,
         }
     }
 }
 
 impl fmt::Display for Value {
-    /// A short human rendering: arrays longer than 8 elements are summarised.
+    /// A short human rendering: strings quoted and escaped, arrays summarised (see [`Array`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::U8(v) => write!(f, "{v}"),
@@ -190,21 +343,29 @@ impl fmt::Display for Value {
             Value::U64(v) => write!(f, "{v}"),
             Value::I64(v) => write!(f, "{v}"),
             Value::F64(v) => write!(f, "{v}"),
-            Value::Array(ty, items) => {
-                const SHOWN: usize = 8;
-                write!(f, "[")?;
-                for (i, v) in items.iter().take(SHOWN).enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{v}")?;
-                }
-                if items.len() > SHOWN {
-                    write!(f, ", ... ({} {} values)", items.len(), ty.name())?;
-                }
-                write!(f, "]")
+            Value::Array(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+impl fmt::Display for Array {
+    /// The first elements and, for a longer array, how many there are in all:
+    /// `["<pad>", "<eos>", "<bos>", ... (262144 string values)]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        write!(f, "[")?;
+        for i in 0..self.len().min(SHOWN) {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            if let Some(v) = self.get(i) {
+                write!(f, "{v}")?;
             }
         }
+        if self.len() > SHOWN {
+            write!(f, ", ... ({} {} values)", self.len(), self.elem_type())?;
+        }
+        write!(f, "]")
     }
 }
 
@@ -257,6 +418,10 @@ impl Metadata {
         self.index.get(key).map(|&i| &self.entries[i].1)
     }
 
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
@@ -279,7 +444,7 @@ impl Metadata {
             None => Ok(None),
             Some(v) => f(v).map(Some).ok_or_else(|| Error::BadKey {
                 key: key.to_string(),
-                msg: format!("expected {what}, found {} value {v}", v.value_type().name()),
+                msg: format!("expected {what}, found {} value {v}", v.value_type()),
             }),
         }
     }
@@ -308,17 +473,10 @@ impl Metadata {
     }
 
     pub fn get_str(&self, key: &str) -> Result<Option<&str>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(Error::BadKey {
-                key: key.to_string(),
-                msg: format!("expected a string, found {} value", v.value_type().name()),
-            }),
-        }
+        self.typed(key, "a string", Value::as_str)
     }
 
-    pub fn get_array(&self, key: &str) -> Result<Option<&[Value]>> {
+    pub fn get_array(&self, key: &str) -> Result<Option<&Array>> {
         self.typed(key, "an array", Value::as_array)
     }
 
@@ -327,42 +485,38 @@ impl Metadata {
         got?.ok_or_else(|| Error::MissingKey(key.to_string()))
     }
 
-    /// An array of strings (e.g. `tokenizer.ggml.tokens`).
-    pub fn get_str_array(&self, key: &str) -> Result<Option<Vec<&str>>> {
-        self.typed_array(key, "strings", Value::as_str)
+    /// An array of strings (e.g. `tokenizer.ggml.tokens`), borrowed.
+    pub fn get_str_array(&self, key: &str) -> Result<Option<&[String]>> {
+        self.typed_array(key, "strings", Array::as_strings)
     }
 
+    /// An array of numbers of any numeric element type, as f32 (e.g. `tokenizer.ggml.scores`).
     pub fn get_f32_array(&self, key: &str) -> Result<Option<Vec<f32>>> {
-        self.typed_array(key, "numbers", |v| v.as_f64().map(|x| x as f32))
+        self.typed_array(key, "numbers", Array::to_f32s)
     }
 
+    /// An array of integers of any integer element type (e.g. `tokenizer.ggml.token_type`).
     pub fn get_i64_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
-        self.typed_array(key, "integers", Value::as_i64)
+        self.typed_array(key, "integers", Array::to_i64s)
     }
 
     fn typed_array<'a, T>(
         &'a self,
         key: &str,
         what: &str,
-        f: impl Fn(&'a Value) -> Option<T>,
-    ) -> Result<Option<Vec<T>>> {
-        let Some(items) = self.get_array(key)? else {
+        f: impl Fn(&'a Array) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let Some(arr) = self.get_array(key)? else {
             return Ok(None);
         };
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                f(v).ok_or_else(|| Error::BadKey {
-                    key: key.to_string(),
-                    msg: format!(
-                        "expected an array of {what}, element {i} is {}",
-                        v.value_type().name()
-                    ),
-                })
-            })
-            .collect::<Result<Vec<T>>>()
-            .map(Some)
+        f(arr).map(Some).ok_or_else(|| Error::BadKey {
+            key: key.to_string(),
+            msg: format!(
+                "expected an array of {what}, found an array of {} {} values",
+                arr.len(),
+                arr.elem_type()
+            ),
+        })
     }
 
     /// A per-layer hyperparameter: either one scalar for every layer or an array with one entry
@@ -370,19 +524,72 @@ impl Metadata {
     pub fn get_per_layer_u64(&self, key: &str, n_layer: usize) -> Result<Option<Vec<u64>>> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Array(..)) => {
-                let arr = self
-                    .typed_array(key, "unsigned integers", Value::as_u64)?
-                    .unwrap_or_default();
+            Some(Value::Array(_)) => {
+                let bad = |msg: String| Error::BadKey {
+                    key: key.to_string(),
+                    msg,
+                };
+                let arr = self.get_i64_array(key)?.unwrap_or_default();
                 if arr.len() != n_layer {
-                    return Err(Error::BadKey {
-                        key: key.to_string(),
-                        msg: format!("has {} entries for {n_layer} layers", arr.len()),
-                    });
+                    return Err(bad(format!("has {} entries for {n_layer} layers", arr.len())));
                 }
-                Ok(Some(arr))
+                arr.into_iter()
+                    .map(|v| u64::try_from(v).map_err(|_| bad(format!("negative entry {v}"))))
+                    .collect::<Result<Vec<u64>>>()
+                    .map(Some)
             }
             Some(_) => Ok(self.get_u64(key)?.map(|v| vec![v; n_layer])),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getters_coerce_integer_types() {
+        let mut m = Metadata::new();
+        m.set("a", Value::U16(7));
+        m.set("b", Value::I32(-1));
+        m.set("c", Value::Array(Array::I32(vec![1, 2, 3])));
+        m.set("d", Value::Array(Array::String(vec!["x".into()])));
+        m.set("e", Value::Array(Array::U64(vec![u64::MAX])));
+        assert_eq!(m.get_u64("a").unwrap(), Some(7));
+        assert_eq!(m.get_u32("a").unwrap(), Some(7));
+        assert!(m.get_u64("b").is_err());
+        assert_eq!(m.get_i64("b").unwrap(), Some(-1));
+        assert_eq!(m.get_f32_array("c").unwrap(), Some(vec![1.0, 2.0, 3.0]));
+        assert_eq!(m.get_i64_array("c").unwrap(), Some(vec![1, 2, 3]));
+        assert!(m.get_i64_array("d").is_err());
+        assert!(m.get_i64_array("e").is_err(), "u64::MAX is no i64");
+        assert_eq!(m.get_str_array("d").unwrap().unwrap(), ["x".to_string()]);
+        assert_eq!(m.get_per_layer_u64("a", 2).unwrap(), Some(vec![7, 7]));
+        assert_eq!(m.get_per_layer_u64("c", 3).unwrap(), Some(vec![1, 2, 3]));
+        assert!(m.get_per_layer_u64("c", 2).is_err());
+        assert_eq!(m.get_u64("missing").unwrap(), None);
+        assert!(matches!(
+            m.require("missing", m.get_u64("missing")),
+            Err(Error::MissingKey(_))
+        ));
+    }
+
+    #[test]
+    fn long_arrays_are_summarised() {
+        let v = Value::Array(Array::U32((0..100).collect()));
+        assert_eq!(v.to_string(), "[0, 1, 2, 3, 4, 5, 6, 7, ... (100 u32 values)]");
+        let v = Value::Array(Array::String(vec!["a\n".into()]));
+        assert_eq!(v.to_string(), r#"["a\n"]"#);
+    }
+
+    #[test]
+    fn remove_keeps_order_and_index() {
+        let mut m = Metadata::new();
+        for (i, k) in ["a", "b", "c"].into_iter().enumerate() {
+            m.set(k, Value::U32(i as u32));
+        }
+        assert_eq!(m.remove("a"), Some(Value::U32(0)));
+        assert_eq!(m.get("c"), Some(&Value::U32(2)));
+        assert_eq!(m.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["b", "c"]);
     }
 }

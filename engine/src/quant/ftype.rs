@@ -1,6 +1,9 @@
 //! `llama_ftype`: the whole-file quantization mix recorded in `general.file_type`.
 
+use std::collections::HashMap;
 use std::fmt;
+
+use super::GgmlType;
 
 /// A quantization mix as numbered by llama.cpp (`enum llama_ftype`).
 ///
@@ -41,6 +44,9 @@ pub enum FileType {
     TQ1_0,
     TQ2_0,
     MXFP4_MOE,
+    NVFP4,
+    Q1_0,
+    Q2_0,
 }
 
 /// (file type, llama_ftype id, short name as llama-quantize takes it, long name as llama.cpp prints it)
@@ -80,13 +86,16 @@ const TABLE: &[(FileType, u32, &str, &str)] = {
         (TQ1_0, 36, "TQ1_0", "TQ1_0 - 1.69 bpw ternary"),
         (TQ2_0, 37, "TQ2_0", "TQ2_0 - 2.06 bpw ternary"),
         (MXFP4_MOE, 38, "MXFP4_MOE", "MXFP4 MoE"),
+        (NVFP4, 39, "NVFP4", "NVFP4"),
+        (Q1_0, 40, "Q1_0", "Q1_0"),
+        (Q2_0, 41, "Q2_0", "Q2_0"),
     ]
 };
 
-/// llama.cpp ORs this into `general.file_type` when the type was guessed rather than recorded.
-pub const GUESSED_FLAG: u32 = 1024;
-
 impl FileType {
+    /// llama.cpp ORs this into a file type it guessed rather than read from `general.file_type`.
+    pub const GUESSED_FLAG: u32 = 1024;
+
     fn row(self) -> &'static (FileType, u32, &'static str, &'static str) {
         TABLE
             .iter()
@@ -96,7 +105,7 @@ impl FileType {
 
     /// The file type with `llama_ftype` id `id` (the GUESSED flag is ignored).
     pub fn from_id(id: u32) -> Option<FileType> {
-        let id = id & !GUESSED_FLAG;
+        let id = id & !Self::GUESSED_FLAG;
         TABLE.iter().find(|r| r.1 == id).map(|r| r.0)
     }
 
@@ -118,6 +127,76 @@ impl FileType {
     pub fn long_name(self) -> &'static str {
         self.row().3
     }
+
+    /// The file type llama.cpp's loader assumes for a file without `general.file_type`: the one
+    /// named after the most common tensor type. Tensors are counted in the loader's order (by
+    /// layer number, `blk.N.`, then by name) and a tie goes to the type that reached the count
+    /// first; a most common type with no file type of its own gives `AllF32`, as in llama.cpp.
+    pub fn guess<'a>(tensors: impl IntoIterator<Item = (&'a str, GgmlType)>) -> FileType {
+        let mut tensors: Vec<(&str, GgmlType)> = tensors.into_iter().collect();
+        tensors.sort_by(|a, b| (blk_layer(a.0), a.0).cmp(&(blk_layer(b.0), b.0)));
+        let mut counts: HashMap<GgmlType, u32> = HashMap::new();
+        let (mut n_max, mut type_max) = (0, GgmlType::F32);
+        for (_, ty) in tensors {
+            let n = counts.entry(ty).or_default();
+            *n += 1;
+            if *n > n_max {
+                (n_max, type_max) = (*n, ty);
+            }
+        }
+        use FileType as F;
+        use GgmlType as G;
+        match type_max {
+            G::F32 => F::AllF32,
+            G::F16 => F::F16,
+            G::BF16 => F::BF16,
+            G::Q4_0 => F::Q4_0,
+            G::Q4_1 => F::Q4_1,
+            G::Q5_0 => F::Q5_0,
+            G::Q5_1 => F::Q5_1,
+            G::Q8_0 => F::Q8_0,
+            G::Q2_K => F::Q2_K,
+            G::Q3_K => F::Q3_K_M,
+            G::Q4_K => F::Q4_K_M,
+            G::Q5_K => F::Q5_K_M,
+            G::Q6_K => F::Q6_K,
+            G::TQ1_0 => F::TQ1_0,
+            G::TQ2_0 => F::TQ2_0,
+            G::IQ2_XXS => F::IQ2_XXS,
+            G::IQ2_XS => F::IQ2_XS,
+            G::IQ2_S => F::IQ2_S,
+            G::IQ3_XXS => F::IQ3_XXS,
+            G::IQ1_S => F::IQ1_S,
+            G::IQ1_M => F::IQ1_M,
+            G::IQ4_NL => F::IQ4_NL,
+            G::IQ4_XS => F::IQ4_XS,
+            G::IQ3_S => F::IQ3_S,
+            G::MXFP4 => F::MXFP4_MOE,
+            G::NVFP4 => F::NVFP4,
+            G::Q1_0 => F::Q1_0,
+            G::Q2_0 => F::Q2_0,
+            G::Q8_1 | G::Q8_K | G::I8 | G::I16 | G::I32 | G::I64 | G::F64 => F::AllF32,
+        }
+    }
+}
+
+/// The layer number llama.cpp's loader sorts a tensor name by (`sscanf(name, "blk.%d.")`), or -1.
+fn blk_layer(name: &str) -> i64 {
+    let Some(rest) = name.strip_prefix("blk.") else {
+        return -1;
+    };
+    let (sign, digits) = match rest.as_bytes().first() {
+        Some(b'-') => (-1, &rest[1..]),
+        Some(b'+') => (1, &rest[1..]),
+        _ => (1, rest),
+    };
+    let end = digits.bytes().take_while(u8::is_ascii_digit).count();
+    if end == 0 {
+        return -1;
+    }
+    // %d into an int: clamp what does not fit rather than wrap.
+    let n: i64 = digits[..end].parse().unwrap_or(i64::MAX);
+    (sign * n).clamp(i32::MIN.into(), i32::MAX.into())
 }
 
 impl fmt::Display for FileType {
@@ -136,8 +215,40 @@ mod tests {
             assert_eq!(FileType::from_id(r.1), Some(r.0));
             assert_eq!(FileType::from_name(r.2), Some(r.0));
         }
-        assert_eq!(FileType::from_id(15 | GUESSED_FLAG), Some(FileType::Q4_K_M));
+        assert_eq!(
+            FileType::from_id(15 | FileType::GUESSED_FLAG),
+            Some(FileType::Q4_K_M)
+        );
         assert_eq!(FileType::from_name("q4_k_m"), Some(FileType::Q4_K_M));
         assert_eq!(FileType::from_id(4), None);
+    }
+
+    #[test]
+    fn guess_follows_llama_cpp() {
+        use GgmlType as G;
+        let names = |tys: &[(&'static str, GgmlType)]| tys.to_vec();
+        // The most common type wins; norms (F32) are usually outnumbered.
+        let t = names(&[
+            ("token_embd.weight", G::Q6_K),
+            ("blk.0.attn_norm.weight", G::F32),
+            ("blk.0.attn_q.weight", G::Q4_K),
+            ("blk.0.ffn_down.weight", G::Q4_K),
+        ]);
+        assert_eq!(FileType::guess(t), FileType::Q4_K_M);
+        // A tie goes to the type that got there first in the loader's order: blk.2 sorts before
+        // blk.10 (by number), and untagged tensors before both.
+        let t = names(&[
+            ("blk.10.a", G::Q8_0),
+            ("blk.2.a", G::Q5_0),
+            ("blk.2.b", G::Q8_0),
+            ("output.weight", G::Q5_0),
+        ]);
+        assert_eq!(FileType::guess(t), FileType::Q5_0);
+        assert_eq!(FileType::guess([("x", G::Q3_K)]), FileType::Q3_K_M);
+        assert_eq!(FileType::guess([("x", G::I32)]), FileType::AllF32);
+        assert_eq!(FileType::guess([]), FileType::AllF32);
+        assert_eq!(blk_layer("blk.17.attn_q.weight"), 17);
+        assert_eq!(blk_layer("blk.x"), -1);
+        assert_eq!(blk_layer("token_embd.weight"), -1);
     }
 }
