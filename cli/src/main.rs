@@ -22,7 +22,20 @@ struct Cli {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = cmd::run(cli.command) {
-        eprintln!("Error: {e:#}");
+        eprintln!("Error: {}", one_line(&e));
         std::process::exit(1);
     }
+}
+
+/// An error and its causes on one line, each cause once: many errors already include their
+/// source in their own message, and anyhow's `{:#}` would repeat it.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !msg.contains(&cause) {
+            msg = format!("{msg}: {cause}");
+        }
+    }
+    msg.replace('\n', " ")
 }
