@@ -41,6 +41,9 @@ pub enum Error {
     BadTensor { tensor: String, msg: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A batch does not fit in the KV cache (or in its sequence's share of it).
+    #[error("KV cache full: {0}")]
+    KvCacheFull(String),
 }
 
 impl Error {

@@ -1,0 +1,267 @@
+//! The bookkeeping of a pool of KV cells: which position each cell holds and for which sequences.
+//!
+//! A cell is one token slot. It may belong to several sequences at once (after `seq_cp`, a shared
+//! prompt prefix is stored once). A pool with a sliding window (`n_swa`) lets a cell be reused
+//! once its token has left the window of its (single) sequence, so such a pool needs only about
+//! `n_swa` cells per sequence plus one batch, whatever the context length.
+
+use crate::{Error, Result};
+
+/// A position in a sequence.
+pub type Pos = i32;
+/// A sequence id (below the context's `n_seq_max`, at most [`MAX_SEQ`]).
+pub type SeqId = u32;
+/// The most sequences one context can hold (one bit each in a cell's sequence set).
+pub const MAX_SEQ: u32 = 64;
+
+const EMPTY: Pos = -1;
+
+#[derive(Clone, Debug)]
+pub struct Cells {
+    pos: Vec<Pos>,
+    seqs: Vec<u64>,
+    /// Sliding window: a query at position `p` sees keys at `p0` only if `p - p0 < n_swa`.
+    n_swa: Option<u32>,
+    /// Where the search for free cells starts (the cell after the last one handed out).
+    head: usize,
+    used: usize,
+}
+
+impl Cells {
+    pub fn new(size: usize, n_swa: Option<u32>) -> Cells {
+        Cells {
+            pos: vec![EMPTY; size],
+            seqs: vec![0; size],
+            n_swa,
+            head: 0,
+            used: 0,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.pos.len()
+    }
+
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    pub fn n_swa(&self) -> Option<u32> {
+        self.n_swa
+    }
+
+    pub fn pos(&self, cell: usize) -> Option<Pos> {
+        (self.seqs[cell] != 0).then_some(self.pos[cell])
+    }
+
+    fn has(&self, cell: usize, seq: SeqId) -> bool {
+        self.seqs[cell] & (1u64 << seq) != 0
+    }
+
+    fn free(&mut self, cell: usize) {
+        if self.seqs[cell] != 0 {
+            self.used -= 1;
+        }
+        self.seqs[cell] = 0;
+        self.pos[cell] = EMPTY;
+    }
+
+    pub fn seq_pos_max(&self, seq: SeqId) -> Option<Pos> {
+        (0..self.size())
+            .filter(|&c| self.has(c, seq))
+            .map(|c| self.pos[c])
+            .max()
+    }
+
+    pub fn seq_pos_min(&self, seq: SeqId) -> Option<Pos> {
+        (0..self.size())
+            .filter(|&c| self.has(c, seq))
+            .map(|c| self.pos[c])
+            .min()
+    }
+
+    /// Number of cells holding `seq`.
+    pub fn seq_count(&self, seq: SeqId) -> usize {
+        (0..self.size()).filter(|&c| self.has(c, seq)).count()
+    }
+
+    /// Whether a query at `p1` may not see a key at `p0` because of the sliding window.
+    fn out_of_window(&self, p0: Pos, p1: Pos) -> bool {
+        self.n_swa
+            .is_some_and(|w| i64::from(p1) - i64::from(p0) >= i64::from(w))
+    }
+
+    /// Takes one cell for each `(seq, pos)` token, in order, and records them. In a windowed pool,
+    /// cells whose token has left its sequence's window are reused (as llama.cpp's SWA cache does);
+    /// positions older than a reused one are then dropped too, so that each sequence always holds
+    /// a contiguous range of positions.
+    pub fn allocate(&mut self, tokens: &[(SeqId, Pos)]) -> Result<Vec<u32>> {
+        let mut next_pos = [0 as Pos; MAX_SEQ as usize];
+        if self.n_swa.is_some() {
+            for (s, p) in next_pos.iter_mut().enumerate() {
+                *p = self.seq_pos_max(s as SeqId).map_or(0, |m| m + 1);
+            }
+        }
+        let mut dropped_upto = [EMPTY; MAX_SEQ as usize];
+        let mut out = Vec::with_capacity(tokens.len());
+        let size = self.size();
+        for &(seq, pos) in tokens {
+            let found = (0..size).map(|i| (self.head + i) % size).find(|&c| {
+                if self.seqs[c] == 0 {
+                    return true;
+                }
+                let s = self.seqs[c];
+                s.count_ones() == 1 && self.out_of_window(self.pos[c], next_pos[s.trailing_zeros() as usize])
+            });
+            let Some(c) = found else {
+                // Undo this call's allocations so that a failed decode leaves no trace.
+                for &c in &out {
+                    self.free(c as usize);
+                }
+                return Err(Error::KvCacheFull(format!(
+                    "no free cell for sequence {seq} at position {pos} ({} cells, {} in use)",
+                    size, self.used
+                )));
+            };
+            if self.seqs[c] != 0 {
+                let s = self.seqs[c].trailing_zeros() as usize;
+                dropped_upto[s] = dropped_upto[s].max(self.pos[c]);
+                self.free(c);
+            }
+            self.pos[c] = pos;
+            self.seqs[c] = 1u64 << seq;
+            self.used += 1;
+            self.head = (c + 1) % size;
+            out.push(c as u32);
+        }
+        for (s, &upto) in dropped_upto.iter().enumerate() {
+            if upto != EMPTY {
+                self.seq_rm(Some(s as SeqId), 0, upto + 1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cells a query of `seq` at `pos` attends to: its sequence's cells at or before `pos`,
+    /// and inside the window if the pool has one.
+    pub fn visible(&self, seq: SeqId, pos: Pos, out: &mut Vec<u32>) {
+        out.clear();
+        for c in 0..self.size() {
+            if self.has(c, seq) && self.pos[c] <= pos && !self.out_of_window(self.pos[c], pos) {
+                out.push(c as u32);
+            }
+        }
+    }
+
+    /// Removes `seq` (every sequence if `None`) from the cells with positions in `[p0, p1)`.
+    pub fn seq_rm(&mut self, seq: Option<SeqId>, p0: Pos, p1: Pos) {
+        for c in 0..self.size() {
+            if self.seqs[c] == 0 || self.pos[c] < p0 || self.pos[c] >= p1 {
+                continue;
+            }
+            match seq {
+                None => self.free(c),
+                Some(s) => {
+                    if self.has(c, s) {
+                        self.seqs[c] &= !(1u64 << s);
+                        if self.seqs[c] == 0 {
+                            self.used -= 1;
+                            self.pos[c] = EMPTY;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `dst` to the cells of `src` with positions in `[p0, p1)` (no data is copied).
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) {
+        for c in 0..self.size() {
+            if self.has(c, src) && self.pos[c] >= p0 && self.pos[c] < p1 {
+                self.seqs[c] |= 1u64 << dst;
+            }
+        }
+    }
+
+    /// Adds `delta` to the positions of `seq`'s cells in `[p0, p1)`; cells pushed below position 0
+    /// are freed. Returns the cells whose keys must be rotated by `delta`.
+    pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Vec<u32> {
+        let mut moved = Vec::new();
+        if delta == 0 {
+            return moved;
+        }
+        for c in 0..self.size() {
+            if self.has(c, seq) && self.pos[c] >= p0 && self.pos[c] < p1 {
+                let p = self.pos[c].saturating_add(delta);
+                if p < 0 {
+                    self.free(c);
+                } else {
+                    self.pos[c] = p;
+                    moved.push(c as u32);
+                }
+            }
+        }
+        moved
+    }
+
+    pub fn clear(&mut self) {
+        self.pos.fill(EMPTY);
+        self.seqs.fill(0);
+        self.head = 0;
+        self.used = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(seq: SeqId, range: std::ops::Range<Pos>) -> Vec<(SeqId, Pos)> {
+        range.map(|p| (seq, p)).collect()
+    }
+
+    #[test]
+    fn allocate_remove_copy_shift() {
+        let mut c = Cells::new(8, None);
+        c.allocate(&toks(0, 0..5)).unwrap();
+        assert_eq!(
+            (c.used(), c.seq_pos_max(0), c.seq_pos_min(0)),
+            (5, Some(4), Some(0))
+        );
+        c.seq_cp(0, 1, 0, 3);
+        assert_eq!(c.seq_pos_max(1), Some(2));
+        assert_eq!(c.used(), 5, "copied cells are shared");
+        c.seq_rm(Some(0), 1, 3);
+        assert_eq!(c.used(), 5, "cells 1 and 2 still belong to sequence 1");
+        let mut v = Vec::new();
+        c.visible(0, 10, &mut v);
+        assert_eq!(v, [0, 3, 4]);
+        let moved = c.seq_add(0, 3, Pos::MAX, -2);
+        assert_eq!(moved, [3, 4]);
+        assert_eq!(c.seq_pos_max(0), Some(2));
+        c.visible(0, 1, &mut v);
+        assert_eq!(v, [0, 3], "causal: positions 0 and 1");
+        assert!(c.allocate(&toks(2, 0..4)).is_err(), "only 3 free cells");
+        assert_eq!(c.used(), 5, "a failed allocation leaves no trace");
+        c.clear();
+        assert_eq!(c.used(), 0);
+    }
+
+    #[test]
+    fn sliding_window_pool_reuses_cells_that_left_the_window() {
+        // Window 4, pool of 4 + batch 2 cells.
+        let mut c = Cells::new(6, Some(4));
+        for chunk in 0..10 {
+            c.allocate(&toks(0, chunk * 2..chunk * 2 + 2)).unwrap();
+            let max = c.seq_pos_max(0).unwrap();
+            let mut v = Vec::new();
+            c.visible(0, max, &mut v);
+            let mut seen: Vec<Pos> = v.iter().map(|&i| c.pos(i as usize).unwrap()).collect();
+            seen.sort();
+            let want: Vec<Pos> = ((max - 3).max(0)..=max).collect();
+            assert_eq!(seen, want, "the last query sees exactly its window");
+            let min = c.seq_pos_min(0).unwrap();
+            assert_eq!(c.seq_count(0) as Pos, max - min + 1, "positions stay contiguous");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The shared transformer forward pass, driven by an architecture's [`Arch`] description.
+//!
+//! One call evaluates a micro-batch of tokens (from any number of sequences) through every layer:
+//! the keys and values of all its tokens are stored in the KV cache first, then each token attends
+//! to the cells its sequence may see (causal, and windowed on sliding-window layers). Only the rows
+//! whose outputs are wanted go through the last layer's attention, FFN and the final norm.
+
+use rayon::prelude::*;
+
+use super::arch::{Ffn, QScale};
+use super::weights::Weight;
+use super::Model;
+use crate::kv::{KvCache, Pos, SeqId};
+use crate::ops::attention::{attend, AttnShape, Scratch};
+use crate::ops::norm::{rms_norm, rms_norm_inplace};
+use crate::ops::rope::Rope;
+use crate::ops::{act, matmul, Activations, WeightView};
+use crate::TokenId;
+
+/// A micro-batch: at most `n_batch` tokens evaluated in one pass.
+pub(crate) struct Ubatch<'a> {
+    pub tokens: &'a [TokenId],
+    pub pos: &'a [Pos],
+    pub seq: &'a [SeqId],
+    /// Rows whose final hidden state is wanted (for logits or embeddings), ascending.
+    pub outputs: &'a [usize],
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+        }
+    }
+}
+
+fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter()
+        .flat_map(|&r| &x[r * width..(r + 1) * width])
+        .copied()
+        .collect()
+}
+
+impl Model {
+    pub(crate) fn view(&self, w: &Weight) -> WeightView<'_> {
+        let t = &self.gguf.tensors()[w.tensor];
+        WeightView::new(w.ty, w.n_in, w.row0 + w.n_out, self.gguf.tensor_data(t))
+            .expect("shapes were checked at load")
+            .rows(w.row0..w.row0 + w.n_out)
+    }
+
+    fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {
+        let mut out = vec![0f32; x.n_tokens() * w.n_out];
+        matmul(&self.view(w), x, &mut out);
+        add_bias(&mut out, bias);
+        out
+    }
+
+    /// The token embeddings of `tokens` (only their rows are dequantized).
+    fn embed(&self, tokens: &[TokenId]) -> Vec<f32> {
+        let n_embd = self.hp.n_embd;
+        let table = self.view(&self.w.token_embd);
+        let mut x = vec![0f32; tokens.len() * n_embd];
+        for (row, &tok) in x.chunks_exact_mut(n_embd).zip(tokens) {
+            table.dequantize_row(tok as usize, row);
+        }
+        if self.arch.scale_embeddings {
+            let s = (n_embd as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+        x
+    }
+
+    /// Evaluates `ub`, storing its keys and values at `cells` (per KV pool, the cell of each
+    /// token). Returns the final normalized hidden states of `ub.outputs`, row after row.
+    pub(crate) fn forward(
+        &self,
+        ub: &Ubatch,
+        kv: &mut KvCache,
+        cells: &[Vec<u32>],
+        ropes: &[Rope],
+    ) -> Vec<f32> {
+        let hp = &self.hp;
+        let n_embd = hp.n_embd;
+        let n_tokens = ub.tokens.len();
+        let mut x = self.embed(ub.tokens);
+
+        // The rotation angles of each token, once per distinct RoPE (gemma3 has two).
+        let mut tables: Vec<(&Rope, Vec<f32>)> = Vec::new();
+        for rope in ropes {
+            if !tables.iter().any(|(r, _)| *r == rope) {
+                let mut cs = vec![0f32; n_tokens * rope.n_rot];
+                for (row, &p) in cs.chunks_exact_mut(rope.n_rot).zip(ub.pos) {
+                    rope.cos_sin(p as f32, row);
+                }
+                tables.push((rope, cs));
+            }
+        }
+
+        let last = hp.n_layer - 1;
+        let mut rows: Vec<usize> = (0..n_tokens).collect();
+        for (il, lw) in self.w.layers.iter().enumerate() {
+            let (nh, nkv) = (hp.n_head[il], hp.n_head_kv[il]);
+            let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
+            let n_rows = rows.len();
+
+            // Attention.
+            let mut h = vec![0f32; x.len()];
+            rms_norm(&x, &lw.attn_norm, hp.rms_eps, &mut h);
+            let mut acts = Activations::new(&h, n_embd);
+            let mut q = self.project(&lw.wq, &mut acts, lw.bq.as_ref());
+            let mut k = self.project(&lw.wk, &mut acts, lw.bk.as_ref());
+            let v = self.project(&lw.wv, &mut acts, lw.bv.as_ref());
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                rms_norm_inplace(&mut q, qn, hp.rms_eps);
+                rms_norm_inplace(&mut k, kn, hp.rms_eps);
+            }
+            let rope = &ropes[il];
+            let cs = &tables
+                .iter()
+                .find(|(r, _)| *r == rope)
+                .expect("table built above")
+                .1;
+            for t in 0..n_tokens {
+                let c = &cs[t * rope.n_rot..(t + 1) * rope.n_rot];
+                rope.apply(&mut q[t * nh * dk..(t + 1) * nh * dk], dk, c);
+                rope.apply(&mut k[t * nkv * dk..(t + 1) * nkv * dk], dk, c);
+            }
+            let kq_scale = match self.arch.q_scale {
+                QScale::InSoftmax => hp.attention_scale(),
+                QScale::PreScaleQ => {
+                    let s = hp.attention_scale();
+                    q.iter_mut().for_each(|v| *v *= s);
+                    1.0
+                }
+            };
+            let pool = kv.layer_pool(il);
+            for t in 0..n_tokens {
+                kv.store(
+                    il,
+                    cells[pool][t],
+                    &k[t * nkv * dk..(t + 1) * nkv * dk],
+                    &v[t * nkv * dv..(t + 1) * nkv * dv],
+                );
+            }
+            if il == last {
+                // Only the rows that produce outputs go on.
+                rows = ub.outputs.to_vec();
+                x = select_rows(&x, n_embd, &rows);
+                if rows.is_empty() {
+                    return Vec::new();
+                }
+            }
+            let shape = AttnShape {
+                n_head: nh,
+                n_kv_head: nkv,
+                head_dim_k: dk,
+                head_dim_v: dv,
+                kq_scale,
+                softcap: hp.attn_softcap,
+            };
+            let cache = kv.view(il);
+            let pool_cells = &kv.pools()[pool];
+            let mut attn = vec![0f32; rows.len() * nh * dv];
+            attn.par_chunks_mut(nh * dv).zip(rows.par_iter()).for_each_init(
+                || (Scratch::default(), Vec::new()),
+                |(scratch, visible), (out, &t)| {
+                    pool_cells.visible(ub.seq[t], ub.pos[t], visible);
+                    attend(
+                        &q[t * nh * dk..(t + 1) * nh * dk],
+                        cache,
+                        visible,
+                        &shape,
+                        scratch,
+                        out,
+                    );
+                },
+            );
+            let n_rows = if il == last { rows.len() } else { n_rows };
+            let mut o = self.project(&lw.wo, &mut Activations::new(&attn, nh * dv), lw.bo.as_ref());
+            if let Some(w) = &lw.post_attn_norm {
+                rms_norm_inplace(&mut o, w, hp.rms_eps);
+            }
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            // Feed-forward.
+            let mut h = vec![0f32; n_rows * n_embd];
+            rms_norm(&x, &lw.ffn_norm, hp.rms_eps, &mut h);
+            let mut acts = Activations::new(&h, n_embd);
+            let mut gate = self.project(&lw.ffn_gate, &mut acts, lw.ffn_gate_b.as_ref());
+            let up = self.project(&lw.ffn_up, &mut acts, lw.ffn_up_b.as_ref());
+            match self.arch.ffn {
+                Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(&mut gate, &up),
+                Ffn::GeluGated => act::geglu(&mut gate, &up),
+            }
+            let mut down = self.project(
+                &lw.ffn_down,
+                &mut Activations::new(&gate, hp.n_ff[il]),
+                lw.ffn_down_b.as_ref(),
+            );
+            if let Some(w) = &lw.post_ffn_norm {
+                rms_norm_inplace(&mut down, w, hp.rms_eps);
+            }
+            x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        }
+        rms_norm_inplace(&mut x, &self.w.output_norm, hp.rms_eps);
+        x
+    }
+
+    /// Logits of final hidden states `x` (rows of `n_embd`), `n_vocab` per row.
+    pub(crate) fn logits(&self, x: &[f32]) -> Vec<f32> {
+        let mut out = self.project(
+            &self.w.output,
+            &mut Activations::new(x, self.hp.n_embd),
+            self.w.output_b.as_ref(),
+        );
+        let c = self.hp.final_softcap;
+        if c > 0.0 {
+            out.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+        }
+        out
+    }
+}

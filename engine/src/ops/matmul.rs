@@ -1,0 +1,173 @@
+//! Matrix multiplication of weights in their file format with a batch of f32 activations.
+//!
+//! Computed the way llama.cpp's CPU backend does: each activation row is converted once to the
+//! weight type's `vec_dot_type` (F16 for F16 weights, Q8_0 / Q8_K blocks for quantized ones) and
+//! dotted with every weight row, so our results carry the same roundings as the reference logits.
+//! Work is split over output rows with rayon.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::dot::{self, dequantize_row, quantize_row, vec_dot, vec_dot_type};
+use crate::quant::GgmlType;
+use crate::{Error, Result};
+
+/// A 2-D weight matrix in its own format: `n_out` rows of `n_in` elements (ggml `ne = [n_in, n_out]`).
+#[derive(Clone, Copy, Debug)]
+pub struct WeightView<'a> {
+    ty: GgmlType,
+    n_in: usize,
+    n_out: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> WeightView<'a> {
+    pub fn new(ty: GgmlType, n_in: usize, n_out: usize, data: &'a [u8]) -> Result<Self> {
+        let bad = |msg: String| Error::InvalidArgument(format!("weight view: {msg}"));
+        if !dot::supports(ty) {
+            return Err(bad(format!("type {ty} has no kernels")));
+        }
+        let row_bytes = ty
+            .row_bytes(n_in as u64)
+            .ok_or_else(|| bad(format!("{n_in} is not a whole number of {ty} blocks")))?
+            as usize;
+        if row_bytes.checked_mul(n_out) != Some(data.len()) {
+            return Err(bad(format!(
+                "{} bytes for {n_out} rows of {n_in} {ty} values",
+                data.len()
+            )));
+        }
+        Ok(WeightView {
+            ty,
+            n_in,
+            n_out,
+            row_bytes,
+            data,
+        })
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    pub fn n_in(&self) -> usize {
+        self.n_in
+    }
+
+    pub fn n_out(&self) -> usize {
+        self.n_out
+    }
+
+    /// The bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// The sub-matrix of rows `rows` (a part of a fused tensor such as phi3's `attn_qkv`).
+    pub fn rows(&self, rows: Range<usize>) -> WeightView<'a> {
+        assert!(rows.start <= rows.end && rows.end <= self.n_out);
+        WeightView {
+            n_out: rows.len(),
+            data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
+            ..*self
+        }
+    }
+
+    /// Row `r` converted to f32 (token embedding lookup reads only the rows it needs).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.n_in);
+        dequantize_row(self.ty, self.row(r), out);
+    }
+}
+
+/// A batch of activation rows (`n_tokens` rows of `n` values) together with their conversions to
+/// the weights' dot-product formats, made once and reused by every matmul that reads them (Q, K
+/// and V share one input; so do the FFN's gate and up).
+pub struct Activations<'a> {
+    x: &'a [f32],
+    n: usize,
+    converted: Vec<(GgmlType, Vec<u8>)>,
+}
+
+impl<'a> Activations<'a> {
+    pub fn new(x: &'a [f32], n: usize) -> Self {
+        assert!(
+            n > 0 && x.len() % n == 0,
+            "activations of {} values in rows of {n}",
+            x.len()
+        );
+        Activations {
+            x,
+            n,
+            converted: Vec::new(),
+        }
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.x.len() / self.n
+    }
+
+    /// The rows converted to `ty` (row after row), converting on first use.
+    fn converted(&mut self, ty: GgmlType) -> &[u8] {
+        let i = match self.converted.iter().position(|(t, _)| *t == ty) {
+            Some(i) => i,
+            None => {
+                let row_bytes = ty.row_bytes(self.n as u64).expect("checked by WeightView") as usize;
+                let mut buf = vec![0u8; row_bytes * self.n_tokens()];
+                buf.par_chunks_mut(row_bytes)
+                    .zip(self.x.par_chunks(self.n))
+                    .for_each(|(dst, src)| quantize_row(ty, src, dst));
+                self.converted.push((ty, buf));
+                self.converted.len() - 1
+            }
+        };
+        &self.converted[i].1
+    }
+}
+
+/// Output rows handed to one task: small enough to balance the threads, large enough that the
+/// per-task overhead does not show.
+const ROWS_PER_TASK_DECODE: usize = 64;
+const ROWS_PER_TASK_BATCH: usize = 16;
+
+/// `out[t][r] = dot(w.row(r), x[t])` for every token `t` and output row `r`; `out` is
+/// `n_tokens × n_out`, row-major.
+pub fn matmul(w: &WeightView, x: &mut Activations, out: &mut [f32]) {
+    assert_eq!(x.n, w.n_in, "matmul: activation width vs weight row length");
+    let n_tokens = x.n_tokens();
+    assert_eq!(out.len(), n_tokens * w.n_out, "matmul: output size");
+    let vdt = vec_dot_type(w.ty);
+    let x_row = vdt.row_bytes(w.n_in as u64).expect("checked by WeightView") as usize;
+    let xq = x.converted(vdt);
+    let (ty, n) = (w.ty, w.n_in);
+    if n_tokens == 1 {
+        out.par_chunks_mut(ROWS_PER_TASK_DECODE)
+            .enumerate()
+            .for_each(|(c, o)| {
+                for (i, v) in o.iter_mut().enumerate() {
+                    *v = vec_dot(ty, n, w.row(c * ROWS_PER_TASK_DECODE + i), xq);
+                }
+            });
+        return;
+    }
+    // Tasks own blocks of weight rows (each row is read once and stays in cache across the
+    // tokens), computing a transposed block that is scattered into `out` afterwards.
+    let mut tmp = vec![0f32; w.n_out * n_tokens];
+    tmp.par_chunks_mut(ROWS_PER_TASK_BATCH * n_tokens)
+        .enumerate()
+        .for_each(|(c, block)| {
+            for (i, per_token) in block.chunks_mut(n_tokens).enumerate() {
+                let wr = w.row(c * ROWS_PER_TASK_BATCH + i);
+                for (t, v) in per_token.iter_mut().enumerate() {
+                    *v = vec_dot(ty, n, wr, &xq[t * x_row..(t + 1) * x_row]);
+                }
+            }
+        });
+    for (r, per_token) in tmp.chunks(n_tokens).enumerate() {
+        for (t, v) in per_token.iter().enumerate() {
+            out[t * w.n_out + r] = *v;
+        }
+    }
+}
