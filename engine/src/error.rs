@@ -44,6 +44,10 @@ pub enum Error {
     /// A batch does not fit in the KV cache (or in its sequence's share of it).
     #[error("KV cache full: {0}")]
     KvCacheFull(String),
+    /// A chat template that does not parse, or fails while rendering (including a template's own
+    /// `raise_exception`).
+    #[error("template: {0}")]
+    Template(String),
 }
 
 impl Error {

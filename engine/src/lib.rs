@@ -4,6 +4,7 @@
 //! formats or the model store (see ARCHITECTURE.md).
 
 pub mod batch;
+pub mod chat;
 pub mod context;
 pub mod error;
 pub mod generate;
@@ -14,6 +15,7 @@ pub mod ops;
 pub mod quant;
 pub mod sample;
 pub mod stop;
+pub mod template;
 
 pub use batch::Batch;
 pub use context::{Context, ContextParams};
