@@ -99,10 +99,10 @@ fn qwen25_coder_gguf_template_matches_hugging_face() {
         committed.trim_end(),
         "the GGUF carries Qwen 2.5's template"
     );
-    let tokens = md.get_array("tokenizer.ggml.tokens").unwrap().unwrap();
+    let tokens = md.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap();
     let token = |key: &str| {
         let id = md.get_u32(key).unwrap().unwrap() as usize;
-        tokens[id].as_str().unwrap().to_string()
+        tokens[id].clone()
     };
     let (bos, eos) = (
         token("tokenizer.ggml.bos_token_id"),
