@@ -155,7 +155,10 @@ fn opening_a_later_part_points_to_the_first() {
     let (_, parts) = split_fixture(dir.path(), 8);
     let msg = err_of(&parts[2]);
     assert!(msg.contains(&format!("is part 3 of {}", parts.len())), "{msg}");
-    assert!(msg.contains(&format!("open {}", parts[0].display())), "{msg}");
+    assert!(
+        msg.contains(&format!("open its first part, {}", parts[0].display())),
+        "{msg}"
+    );
 }
 
 #[test]
