@@ -94,7 +94,7 @@ pub struct Activations<'a> {
 impl<'a> Activations<'a> {
     pub fn new(x: &'a [f32], n: usize) -> Self {
         assert!(
-            n > 0 && x.len() % n == 0,
+            n > 0 && x.len().is_multiple_of(n),
             "activations of {} values in rows of {n}",
             x.len()
         );

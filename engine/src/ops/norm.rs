@@ -4,7 +4,7 @@
 /// Normalizes each row of `x` (rows of `weight.len()` values) into `out`, times `weight`.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = weight.len();
-    assert!(n > 0 && x.len() % n == 0 && out.len() == x.len());
+    assert!(n > 0 && x.len().is_multiple_of(n) && out.len() == x.len());
     for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         let scale = rms_scale(xr, eps);
         for ((y, v), w) in yr.iter_mut().zip(xr).zip(weight) {
@@ -16,7 +16,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// [`rms_norm`] in place.
 pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     let n = weight.len();
-    assert!(n > 0 && x.len() % n == 0);
+    assert!(n > 0 && x.len().is_multiple_of(n));
     for xr in x.chunks_exact_mut(n) {
         let scale = rms_scale(xr, eps);
         for (v, w) in xr.iter_mut().zip(weight) {

@@ -96,7 +96,7 @@ impl Rope {
     /// [`Rope::cos_sin`]).
     pub fn apply(&self, x: &mut [f32], head_dim: usize, cs: &[f32]) {
         let n = self.n_rot;
-        assert!(n <= head_dim && n % 2 == 0 && x.len() % head_dim == 0 && cs.len() == n);
+        assert!(n <= head_dim && n.is_multiple_of(2) && x.len().is_multiple_of(head_dim) && cs.len() == n);
         for head in x.chunks_exact_mut(head_dim) {
             for i0 in (0..n).step_by(2) {
                 let (c, s) = (cs[i0], cs[i0 + 1]);
