@@ -138,8 +138,6 @@ impl GgmlType {
 
     /// Bytes taken by a row of `n` elements, or `None` if `n` is not a whole number of blocks
     /// or the size overflows.
-    // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
-    #[allow(clippy::manual_is_multiple_of)]
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         if !n.is_multiple_of(self.block_size()) {
             return None;

@@ -336,12 +336,12 @@ impl Vocab {
         let mut attrs = Vec::with_capacity(n);
         let mut token_to_id = HashMap::with_capacity(n);
         let mut max_token_len = 0;
-        for (i, &text) in tokens.iter().enumerate() {
+        for (i, text) in tokens.iter().enumerate() {
             let text: Box<str> = if text.is_empty() {
                 warnings.push(format!("empty token at index {i}"));
                 format!("[EMPTY_{i}]").into()
             } else {
-                text.into()
+                text.as_str().into()
             };
             if let Some(prev) = token_to_id.insert(text.clone(), i as TokenId) {
                 return Err(bad(
@@ -367,11 +367,11 @@ impl Vocab {
             const MERGES: &str = "tokenizer.ggml.merges";
             let list = md.require(MERGES, md.get_str_array(MERGES))?;
             let mut merges = HashMap::with_capacity(list.len());
-            for (rank, &m) in list.iter().enumerate() {
+            for (rank, m) in list.iter().enumerate() {
                 // Split at the first space after the first character, as llama.cpp does; the
                 // key keeps that one space so lookups can build it from two symbols.
                 if m.len() > 1 && m.as_bytes()[1..].contains(&b' ') {
-                    merges.entry(m.into()).or_insert(rank as u32);
+                    merges.entry(m.as_str().into()).or_insert(rank as u32);
                 }
             }
             merges
