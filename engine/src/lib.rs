@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod kernels;
 pub mod kv;
 pub mod model;
 pub mod ops;
@@ -16,7 +17,6 @@ pub mod quant;
 pub mod sample;
 pub mod stop;
 pub mod template;
-pub mod tokenizer;
 
 pub use batch::Batch;
 pub use context::{Context, ContextParams};

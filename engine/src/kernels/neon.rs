@@ -1,0 +1,481 @@
+//! aarch64 kernels for the `Neon` tier (Advanced SIMD with the dot-product extension).
+//!
+//! `sdot` (signed bytes, four products per i32 lane) is emitted with `asm!` because its intrinsic
+//! (`vdotq_s32`) is not stable yet; helpers carry `#[target_feature]` and are inlined into the
+//! tier's entry points. Results are the scalar reference's integer sums per block, scaled in f32.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::blocks::*;
+use super::scalar;
+use crate::quant::GgmlType;
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    asm!("sdot {0:v}.4s, {1:v}.16b, {2:v}.16b", inout(vreg) acc, in(vreg) a, in(vreg) b,
+         options(pure, nomem, nostack, preserves_flags));
+    acc
+}
+
+#[inline(always)]
+unsafe fn ld_f16(p: *const u8) -> f32 {
+    half::f16::from_bits((p as *const u16).read_unaligned()).to_f32()
+}
+
+#[inline(always)]
+unsafe fn ld_f32(p: *const u8) -> f32 {
+    (p as *const f32).read_unaligned()
+}
+
+#[inline(always)]
+unsafe fn ld8(p: *const u8) -> int8x16_t {
+    vld1q_s8(p as *const i8)
+}
+
+/// Low nibbles (elements 0..16) and high nibbles (16..32) of 16 bytes.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> (int8x16_t, int8x16_t) {
+    let q = vld1q_u8(p);
+    let m = vdupq_n_u8(0x0f);
+    (
+        vreinterpretq_s8_u8(vandq_u8(q, m)),
+        vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)),
+    )
+}
+
+/// Bits 0..16 and 16..32 of the u32 at `p` as bytes 0x10 (set) or 0.
+#[inline(always)]
+unsafe fn high_bits(p: *const u8) -> (int8x16_t, int8x16_t) {
+    let qh = (p as *const u32).read_unaligned();
+    let bit = vld1q_u8([1u8, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
+    let m = vdupq_n_u8(0x10);
+    let lo = vcombine_u8(vdup_n_u8(qh as u8), vdup_n_u8((qh >> 8) as u8));
+    let hi = vcombine_u8(vdup_n_u8((qh >> 16) as u8), vdup_n_u8((qh >> 24) as u8));
+    (
+        vreinterpretq_s8_u8(vandq_u8(vtstq_u8(lo, bit), m)),
+        vreinterpretq_s8_u8(vandq_u8(vtstq_u8(hi, bit), m)),
+    )
+}
+
+/// The 32 signed values of a block of a 32-element type, as two vectors.
+#[inline(always)]
+unsafe fn q32_values(ty: GgmlType, p: *const u8) -> (int8x16_t, int8x16_t) {
+    match ty {
+        GgmlType::Q4_0 => {
+            let (l, h) = nibbles(p.add(2));
+            let o = vdupq_n_s8(8);
+            (vsubq_s8(l, o), vsubq_s8(h, o))
+        }
+        GgmlType::Q4_1 => nibbles(p.add(4)),
+        GgmlType::Q5_0 => {
+            let (l, h) = nibbles(p.add(6));
+            let (bl, bh) = high_bits(p.add(2));
+            let o = vdupq_n_s8(16);
+            (vsubq_s8(vorrq_s8(l, bl), o), vsubq_s8(vorrq_s8(h, bh), o))
+        }
+        GgmlType::Q5_1 => {
+            let (l, h) = nibbles(p.add(8));
+            let (bl, bh) = high_bits(p.add(4));
+            (vorrq_s8(l, bl), vorrq_s8(h, bh))
+        }
+        GgmlType::Q8_0 => (ld8(p.add(2)), ld8(p.add(18))),
+        GgmlType::IQ4_NL => {
+            let t = ld8(IQ4NL_VALUES.as_ptr() as *const u8);
+            let (l, h) = nibbles(p.add(2));
+            (
+                vqtbl1q_s8(t, vreinterpretq_u8_s8(l)),
+                vqtbl1q_s8(t, vreinterpretq_u8_s8(h)),
+            )
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn q32_rows<const R: usize>(
+    ty: GgmlType,
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+) -> [f32; R] {
+    let wb = block_bytes(ty);
+    let q81 = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+    let ab = if q81 { Q8_1_BYTES } else { Q8_0_BYTES };
+    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut accm = [0f32; R];
+    for i in 0..nb {
+        let ap = a.add(i * ab);
+        let (a0, a1) = (ld8(ap.add(ab - 32)), ld8(ap.add(ab - 16)));
+        let da = ld_f16(ap);
+        for r in 0..R {
+            let wp = w.add(r * ws + i * wb);
+            let (w0, w1) = q32_values(ty, wp);
+            let s = sdot(sdot(vdupq_n_s32(0), w0, a0), w1, a1);
+            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), ld_f16(wp) * da);
+            if q81 {
+                accm[r] += ld_f16(wp.add(2)) * ld_f16(ap.add(2));
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = vaddvq_f32(acc[r]) + accm[r];
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn q8k_parts(a: *const u8, i: usize) -> (f32, *const u8, *const i16) {
+    let p = a.add(i * Q8_K_BYTES);
+    (ld_f32(p), p.add(4), p.add(260) as *const i16)
+}
+
+#[inline(always)]
+unsafe fn bsum(bs: *const i16, j: usize) -> i32 {
+    i32::from(bs.add(j).read_unaligned())
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn q45k_rows<const R: usize>(q5: bool, nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let wb = if q5 { Q5_K_BYTES } else { Q4_K_BYTES };
+    let qs_off = if q5 { 48 } else { 16 };
+    let mut out = [0f32; R];
+    let m4 = vdupq_n_u8(0x0f);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wp = w.add(r * ws + i * wb);
+            let sb = std::slice::from_raw_parts(wp.add(4), 12);
+            let mut sumi = vdupq_n_s32(0);
+            let mut summ = 0i32;
+            for j in 0..8 {
+                let (sc, m) = scalar::k4_scale_min(sb, j);
+                summ += i32::from(m) * (bsum(bs, 2 * j) + bsum(bs, 2 * j + 1));
+                let (c, hi) = (j / 2, j % 2);
+                let mut p = vdupq_n_s32(0);
+                for half in 0..2 {
+                    let q = vld1q_u8(wp.add(qs_off + 32 * c + 16 * half));
+                    let mut v = if hi == 0 {
+                        vandq_u8(q, m4)
+                    } else {
+                        vshrq_n_u8::<4>(q)
+                    };
+                    if q5 {
+                        let qh = vld1q_u8(wp.add(16 + 16 * half));
+                        let b = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-(j as i8))), vdupq_n_u8(1));
+                        v = vorrq_u8(v, vshlq_n_u8::<4>(b));
+                    }
+                    p = sdot(p, vreinterpretq_s8_u8(v), ld8(q8.add(32 * j + 16 * half)));
+                }
+                sumi = vmlaq_n_s32(sumi, p, i32::from(sc));
+            }
+            *o += ld_f16(wp) * da * vaddvq_s32(sumi) as f32 - ld_f16(wp.add(2)) * da * summ as f32;
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn q6k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut out = [0f32; R];
+    let m4 = vdupq_n_u8(0x0f);
+    let m3 = vdupq_n_u8(0x03);
+    let o32 = vdupq_n_s8(32);
+    for i in 0..nb {
+        let (da, q8, _) = q8k_parts(a, i);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wp = w.add(r * ws + i * Q6_K_BYTES);
+            let sc = wp.add(192) as *const i8;
+            let mut sumi = vdupq_n_s32(0);
+            for h in 0..2 {
+                for half in 0..2 {
+                    let l0 = vld1q_u8(wp.add(64 * h + 16 * half));
+                    let l1 = vld1q_u8(wp.add(64 * h + 32 + 16 * half));
+                    let qh = vld1q_u8(wp.add(128 + 32 * h + 16 * half));
+                    let vals = [
+                        vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8::<4>(vandq_u8(qh, m3))),
+                        vorrq_u8(
+                            vandq_u8(l1, m4),
+                            vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<2>(qh), m3)),
+                        ),
+                        vorrq_u8(
+                            vshrq_n_u8::<4>(l0),
+                            vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<4>(qh), m3)),
+                        ),
+                        vorrq_u8(vshrq_n_u8::<4>(l1), vshlq_n_u8::<4>(vshrq_n_u8::<6>(qh))),
+                    ];
+                    for (part, v) in vals.iter().enumerate() {
+                        // Elements 128h + 32part + 16half .. +16: one 16-element sub-block.
+                        let e = 128 * h + 32 * part + 16 * half;
+                        let q = vsubq_s8(vreinterpretq_s8_u8(*v), o32);
+                        let p = sdot(vdupq_n_s32(0), q, ld8(q8.add(e)));
+                        sumi = vmlaq_n_s32(sumi, p, i32::from(*sc.add(e / 16)));
+                    }
+                }
+            }
+            *o += ld_f16(wp.add(208)) * da * vaddvq_s32(sumi) as f32;
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn q3k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut out = [0f32; R];
+    let m3 = vdupq_n_u8(0x03);
+    let one = vdupq_n_u8(1);
+    let o4 = vdupq_n_s8(4);
+    for i in 0..nb {
+        let (da, q8, _) = q8k_parts(a, i);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wp = w.add(r * ws + i * Q3_K_BYTES);
+            let sc = scalar::q3k_scales(std::slice::from_raw_parts(wp.add(96), 12));
+            let mut sumi = vdupq_n_s32(0);
+            for h in 0..2 {
+                for j in 0..4 {
+                    for g in 0..2 {
+                        let qs = vld1q_u8(wp.add(32 + 32 * h + 16 * g));
+                        let hm = vld1q_u8(wp.add(16 * g));
+                        let lo = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * j as i8)), m3);
+                        let hb = vandq_u8(vshlq_u8(hm, vdupq_n_s8(-((4 * h + j) as i8))), one);
+                        let q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<2>(hb))), o4);
+                        let e = 128 * h + 32 * j + 16 * g;
+                        let p = sdot(vdupq_n_s32(0), q, ld8(q8.add(e)));
+                        sumi = vmlaq_n_s32(sumi, p, sc[e / 16]);
+                    }
+                }
+            }
+            *o += ld_f16(wp.add(108)) * da * vaddvq_s32(sumi) as f32;
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn q2k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut out = [0f32; R];
+    let m3 = vdupq_n_u8(0x03);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wp = w.add(r * ws + i * Q2_K_BYTES);
+            let mut sumi = vdupq_n_s32(0);
+            let mut summ = 0i32;
+            for j in 0..16 {
+                summ += i32::from(*wp.add(j) >> 4) * bsum(bs, j);
+            }
+            for h in 0..2 {
+                for j in 0..4 {
+                    for g in 0..2 {
+                        let qs = vld1q_u8(wp.add(16 + 32 * h + 16 * g));
+                        let q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * j as i8)), m3);
+                        let e = 128 * h + 32 * j + 16 * g;
+                        let p = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), ld8(q8.add(e)));
+                        sumi = vmlaq_n_s32(sumi, p, i32::from(*wp.add(e / 16) & 15));
+                    }
+                }
+            }
+            *o += ld_f16(wp.add(80)) * da * vaddvq_s32(sumi) as f32 - ld_f16(wp.add(82)) * da * summ as f32;
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn iq4xs_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut out = [0f32; R];
+    let t = ld8(IQ4NL_VALUES.as_ptr() as *const u8);
+    for i in 0..nb {
+        let (da, q8, _) = q8k_parts(a, i);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wp = w.add(r * ws + i * IQ4_XS_BYTES);
+            let hdr = std::slice::from_raw_parts(wp, 8);
+            let mut sumi = vdupq_n_s32(0);
+            for ib in 0..8 {
+                let (l, h) = nibbles(wp.add(8 + 16 * ib));
+                let l = vqtbl1q_s8(t, vreinterpretq_u8_s8(l));
+                let h = vqtbl1q_s8(t, vreinterpretq_u8_s8(h));
+                let p = sdot(
+                    sdot(vdupq_n_s32(0), l, ld8(q8.add(32 * ib))),
+                    h,
+                    ld8(q8.add(32 * ib + 16)),
+                );
+                sumi = vmlaq_n_s32(sumi, p, scalar::iq4xs_scale(hdr, ib));
+            }
+            *o += ld_f16(wp) * da * vaddvq_s32(sumi) as f32;
+        }
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn f16x4(p: *const u8) -> float32x4_t {
+    let h = vld1_u16(p as *const u16);
+    let r: float32x4_t;
+    asm!("fcvtl {0:v}.4s, {1:v}.4h", out(vreg) r, in(vreg) h, options(pure, nomem, nostack, preserves_flags));
+    r
+}
+
+#[inline(always)]
+unsafe fn bf16x4(p: *const u8) -> float32x4_t {
+    vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16)))
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn float_rows<const R: usize>(
+    ty: GgmlType,
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+) -> [f32; R] {
+    let es = if ty == GgmlType::F32 { 4 } else { 2 };
+    let load = |p: *const u8| match ty {
+        GgmlType::F32 => vld1q_f32(p as *const f32),
+        GgmlType::F16 => f16x4(p),
+        _ => bf16x4(p),
+    };
+    let scalar_at = |p: *const u8| match ty {
+        GgmlType::F32 => ld_f32(p),
+        GgmlType::F16 => ld_f16(p),
+        _ => f32::from_bits(u32::from((p as *const u16).read_unaligned()) << 16),
+    };
+    let mut acc = [vdupq_n_f32(0.0); R];
+    let n4 = n / 4 * 4;
+    for i in (0..n4).step_by(4) {
+        let av = load(a.add(es * i));
+        for r in 0..R {
+            acc[r] = vfmaq_f32(acc[r], load(w.add(r * ws + es * i)), av);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = vaddvq_f32(acc[r]);
+        for k in n4..n {
+            out[r] += scalar_at(w.add(r * ws + es * k)) * scalar_at(a.add(es * k));
+        }
+    }
+    out
+}
+
+/// `out[r] = w_r · a` for the `out.len()` rows starting at `w` (stride `ws` bytes).
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn dot_rows(ty: GgmlType, n: usize, w: *const u8, ws: usize, a: *const u8, out: &mut [f32]) {
+    macro_rules! go {
+        ($f:ident ($($pre:expr),*), $nb:expr) => {{
+            let nr = out.len();
+            let mut r = 0;
+            while r + 4 <= nr {
+                let v = $f::<4>($($pre,)* $nb, w.add(r * ws), ws, a);
+                out[r..r + 4].copy_from_slice(&v);
+                r += 4;
+            }
+            while r < nr {
+                out[r] = $f::<1>($($pre,)* $nb, w.add(r * ws), ws, a)[0];
+                r += 1;
+            }
+        }};
+    }
+    use GgmlType as T;
+    match ty {
+        T::F32 | T::F16 | T::BF16 => go!(float_rows(ty), n),
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL => go!(q32_rows(ty), n / 32),
+        T::Q2_K => go!(q2k_rows(), n / 256),
+        T::Q3_K => go!(q3k_rows(), n / 256),
+        T::Q4_K => go!(q45k_rows(false), n / 256),
+        T::Q5_K => go!(q45k_rows(true), n / 256),
+        T::Q6_K => go!(q6k_rows(), n / 256),
+        T::IQ4_XS => go!(iq4xs_rows(), n / 256),
+        _ => unreachable!("no kernel for {ty}"),
+    }
+}
+
+/// One 32-block: `d` and the quants (`roundf`, i.e. FCVTAS) written to `out`; returns (d, Σq).
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q8_block(x: *const f32, out: *mut u8) -> (f32, i32) {
+    let v: [float32x4_t; 8] = std::array::from_fn(|k| vld1q_f32(x.add(4 * k)));
+    let mut m = vabsq_f32(v[0]);
+    for vk in &v[1..] {
+        m = vmaxq_f32(m, vabsq_f32(*vk));
+    }
+    let amax = vmaxvq_f32(m);
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtaq_s32_f32(vmulq_n_f32(v[k], id)));
+    let mut sum = vdupq_n_s32(0);
+    for k in 0..8 {
+        sum = vaddq_s32(sum, q[k]);
+    }
+    for k in 0..4 {
+        let h = vcombine_s16(vmovn_s32(q[2 * k]), vmovn_s32(q[2 * k + 1]));
+        vst1_s8(out.add(8 * k) as *mut i8, vmovn_s16(h));
+    }
+    (d, vaddvq_s32(sum))
+}
+
+#[target_feature(enable = "neon")]
+pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
+        let (d, _) = q8_block(x.as_ptr(), y.as_mut_ptr().add(2));
+        y[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_1_BYTES)) {
+        let (d, sum) = q8_block(x.as_ptr(), y.as_mut_ptr().add(4));
+        y[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        y[2..4].copy_from_slice(&half::f16::from_f32(sum as f32 * d).to_bits().to_le_bytes());
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let xp = x.as_ptr();
+        let mut m = vdupq_n_f32(0.0);
+        for k in 0..64 {
+            m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xp.add(4 * k))));
+        }
+        let amax = vmaxvq_f32(m);
+        if amax == 0.0 {
+            y.fill(0);
+            continue;
+        }
+        let max = *x
+            .iter()
+            .find(|v| v.abs() == amax)
+            .expect("amax is one of the values");
+        let iscale = -127.0 / max;
+        let yq = y.as_mut_ptr().add(4) as *mut i8;
+        let bs = y.as_mut_ptr().add(260) as *mut i16;
+        for j in 0..16 {
+            let q: [int32x4_t; 4] = std::array::from_fn(|k| {
+                vminq_s32(
+                    vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xp.add(16 * j + 4 * k)), iscale)),
+                    vdupq_n_s32(127),
+                )
+            });
+            let s = vaddvq_s32(vaddq_s32(vaddq_s32(q[0], q[1]), vaddq_s32(q[2], q[3])));
+            bs.add(j).write_unaligned(s as i16);
+            let lo = vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]));
+            let hi = vcombine_s16(vmovn_s32(q[2]), vmovn_s32(q[3]));
+            vst1q_s8(yq.add(16 * j), vcombine_s8(vmovn_s16(lo), vmovn_s16(hi)));
+        }
+        y[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}

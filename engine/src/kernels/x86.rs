@@ -1,0 +1,999 @@
+//! x86-64 kernels for the `Avx2` and `Avx512` tiers.
+//!
+//! The row-major kernels are written once, generic over [`IDot`] (how u8 x i8 products and i16
+//! pairs are summed into i32 lanes: AVX2's `maddubs` + `madd`, or AVX-512 VNNI's `vpdpbusd` /
+//! `vpdpwssd` on 256-bit vectors), and instantiated inside `#[target_feature]` functions of each
+//! tier so that every helper is inlined and compiled for that tier. Results are the integer sums of
+//! the scalar reference per block, scaled in f32 (only the float summation order differs).
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::blocks::*;
+use super::scalar;
+use crate::quant::GgmlType;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers. All are `#[inline(always)]`: they only ever run inlined into a tier's
+// `#[target_feature]` function, where the intrinsics they call are available.
+
+#[inline(always)]
+unsafe fn f16_to_f32(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[inline(always)]
+unsafe fn ld_f16(p: *const u8) -> f32 {
+    f16_to_f32((p as *const u16).read_unaligned())
+}
+
+#[inline(always)]
+unsafe fn ld_f32(p: *const u8) -> f32 {
+    (p as *const f32).read_unaligned()
+}
+
+#[inline(always)]
+unsafe fn ld256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+#[inline(always)]
+unsafe fn ld128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p as *const __m128i)
+}
+
+#[inline(always)]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 32 nibbles (16 bytes: low nibbles are elements 0..16, high nibbles 16..32) as 32 bytes.
+#[inline(always)]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    let t = ld128(p);
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f))
+}
+
+/// Bit `i` of the little-endian u32 at `p` as byte `i`: 0xff if set, 0 if not.
+#[inline(always)]
+unsafe fn bytes_from_bits32(p: *const u8) -> __m256i {
+    let x = (p as *const u32).read_unaligned() as i32;
+    let shuf = _mm256_setr_epi64x(
+        0,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    let b = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
+    let bit = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(b, bit), _mm256_set1_epi64x(-1))
+}
+
+/// How u8 x i8 products are summed into i32 lanes.
+pub trait IDot {
+    /// `acc + Σ u[4i..4i+4] * s[4i..4i+4]` per i32 lane. With AVX2 the pairwise i16 sums must not
+    /// saturate: `u` must stay below 129 (callers use the sign trick for full-range bytes).
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+    /// `acc + x[2i]*y[2i] + x[2i+1]*y[2i+1]` per i32 lane (i16 inputs).
+    unsafe fn dpwssd(acc: __m256i, x: __m256i, y: __m256i) -> __m256i;
+}
+
+pub struct Avx2;
+pub struct Vnni;
+
+impl IDot for Avx2 {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_add_epi32(
+            acc,
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(x, y))
+    }
+}
+
+impl IDot for Vnni {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, s)
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpwssd_epi32(acc, x, y)
+    }
+}
+
+/// Signed x signed bytes through the sign trick: `|w| * (a * sign(w))`.
+#[inline(always)]
+unsafe fn dot_ss<D: IDot>(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+    D::dpbusd(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+}
+
+/// i16 products of 32 u8 weights with 32 i8 activations, summed in adjacent pairs.
+#[inline(always)]
+unsafe fn maddubs(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(u, s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-element block types against Q8_0 / Q8_1 activations.
+
+trait Q32 {
+    const WB: usize;
+    /// Activation block: Q8_0 (34 bytes) or Q8_1 (36 bytes, with `s = d * Σq`).
+    const AB: usize;
+    /// Values are signed bytes (Q8_0, IQ4_NL); else unsigned, minus `OFF` or plus a min.
+    const SIGNED: bool;
+    const OFF: i8;
+    const MIN: bool;
+    unsafe fn quants(p: *const u8) -> __m256i;
+}
+
+struct Q4_0;
+struct Q4_1;
+struct Q5_0;
+struct Q5_1;
+struct Q8_0;
+struct Iq4Nl;
+
+impl Q32 for Q4_0 {
+    const WB: usize = Q4_0_BYTES;
+    const AB: usize = Q8_0_BYTES;
+    const SIGNED: bool = false;
+    const OFF: i8 = 8;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        nibbles32(p.add(2))
+    }
+}
+
+impl Q32 for Q4_1 {
+    const WB: usize = Q4_1_BYTES;
+    const AB: usize = Q8_1_BYTES;
+    const SIGNED: bool = false;
+    const OFF: i8 = 0;
+    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        nibbles32(p.add(4))
+    }
+}
+
+impl Q32 for Q5_0 {
+    const WB: usize = Q5_0_BYTES;
+    const AB: usize = Q8_0_BYTES;
+    const SIGNED: bool = false;
+    const OFF: i8 = 16;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        let hi = _mm256_and_si256(bytes_from_bits32(p.add(2)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles32(p.add(6)), hi)
+    }
+}
+
+impl Q32 for Q5_1 {
+    const WB: usize = Q5_1_BYTES;
+    const AB: usize = Q8_1_BYTES;
+    const SIGNED: bool = false;
+    const OFF: i8 = 0;
+    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        let hi = _mm256_and_si256(bytes_from_bits32(p.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles32(p.add(8)), hi)
+    }
+}
+
+impl Q32 for Q8_0 {
+    const WB: usize = Q8_0_BYTES;
+    const AB: usize = Q8_0_BYTES;
+    const SIGNED: bool = true;
+    const OFF: i8 = 0;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        ld256(p.add(2))
+    }
+}
+
+#[inline(always)]
+unsafe fn iq4nl_table() -> __m256i {
+    let t = _mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i);
+    _mm256_set_m128i(t, t)
+}
+
+impl Q32 for Iq4Nl {
+    const WB: usize = IQ4_NL_BYTES;
+    const AB: usize = Q8_0_BYTES;
+    const SIGNED: bool = true;
+    const OFF: i8 = 0;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        _mm256_shuffle_epi8(iq4nl_table(), nibbles32(p.add(2)))
+    }
+}
+
+/// `R` weight rows (stride `ws` bytes) of `nb` blocks dotted with one activation row.
+#[inline(always)]
+unsafe fn q32_rows<T: Q32, D: IDot, const R: usize>(
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [0f32; R];
+    for i in 0..nb {
+        let ap = a.add(i * T::AB);
+        let av = ld256(ap.add(T::AB - 32));
+        let da = ld_f16(ap);
+        let corr = if !T::SIGNED && T::OFF != 0 {
+            _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                D::dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(T::OFF), av),
+            )
+        } else {
+            _mm256_setzero_si256()
+        };
+        for r in 0..R {
+            let wp = w.add(r * ws + i * T::WB);
+            let q = T::quants(wp);
+            let s = if T::SIGNED {
+                dot_ss::<D>(corr, q, av)
+            } else {
+                D::dpbusd(corr, q, av)
+            };
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(wp) * da), _mm256_cvtepi32_ps(s), acc[r]);
+            if T::MIN {
+                accm[r] += ld_f16(wp.add(2)) * ld_f16(ap.add(2));
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + accm[r];
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants and IQ4_XS against Q8_K activations (d: f32, qs: 256 i8, bsums: 16 i16).
+
+#[inline(always)]
+unsafe fn q8k_parts(a: *const u8, i: usize) -> (f32, *const u8, *const u8) {
+    let p = a.add(i * Q8_K_BYTES);
+    (ld_f32(p), p.add(4), p.add(260))
+}
+
+/// Sums of adjacent pairs of the 16 bsums: the sums of the 8 sub-blocks of 32.
+#[inline(always)]
+unsafe fn bsums32(bs: *const u8) -> [i32; 8] {
+    let mut out = [0i32; 8];
+    for (j, o) in out.iter_mut().enumerate() {
+        let p = bs.add(4 * j) as *const i16;
+        *o = i32::from(p.read_unaligned()) + i32::from(p.add(1).read_unaligned());
+    }
+    out
+}
+
+/// Q4_K / Q5_K scales and mins (6 bits each, 12 bytes) as 8 + 8 bytes.
+#[inline(always)]
+unsafe fn k4_scales(p: *const u8) -> ([u8; 8], [u8; 8]) {
+    let s = std::slice::from_raw_parts(p, 12);
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], m[j]) = scalar::k4_scale_min(s, j);
+    }
+    (sc, m)
+}
+
+#[inline(always)]
+unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+) -> [f32; R] {
+    let wb = if Q5 { Q5_K_BYTES } else { Q4_K_BYTES };
+    let qs_off = if Q5 { 48 } else { 16 };
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [0f32; R];
+    let m4 = _mm256_set1_epi8(0x0f);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        let b32 = bsums32(bs);
+        let mut sc = [[0u8; 8]; R];
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let wp = w.add(r * ws + i * wb);
+            let (s, m) = k4_scales(wp.add(4));
+            sc[r] = s;
+            let summ: i32 = (0..8).map(|j| i32::from(m[j]) * b32[j]).sum();
+            accm[r] -= ld_f16(wp.add(2)) * da * summ as f32;
+        }
+        for c in 0..4 {
+            let a_lo = ld256(q8.add(64 * c));
+            let a_hi = ld256(q8.add(64 * c + 32));
+            for r in 0..R {
+                let wp = w.add(r * ws + i * wb);
+                let q = ld256(wp.add(qs_off + 32 * c));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if Q5 {
+                    let qh = ld256(wp.add(16));
+                    let one = _mm256_set1_epi8(1);
+                    let hl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)), one);
+                    let hh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
+                }
+                let s_lo = _mm256_set1_epi16(i16::from(sc[r][2 * c]));
+                let s_hi = _mm256_set1_epi16(i16::from(sc[r][2 * c + 1]));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(lo, a_lo), s_lo);
+                sumi[r] = D::dpwssd(sumi[r], maddubs(hi, a_hi), s_hi);
+            }
+        }
+        for r in 0..R {
+            let wp = w.add(r * ws + i * wb);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp) * da),
+                _mm256_cvtepi32_ps(sumi[r]),
+                acc[r],
+            );
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + accm[r];
+    }
+    out
+}
+
+/// Two adjacent 16-element sub-block scales `[s[k]; 8] ++ [s[k+1]; 8]` as i16 lanes.
+#[inline(always)]
+unsafe fn scale_pair(s: &[i16; 16], k: usize) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(s[k + 1]), _mm_set1_epi16(s[k]))
+}
+
+/// Σ_j scale_j * bsum_j over the 16 sub-blocks.
+#[inline(always)]
+unsafe fn scaled_bsums(s: &[i16; 16], bs: *const u8) -> i32 {
+    let sv = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+    hsum_epi32(_mm256_madd_epi16(sv, ld256(bs)))
+}
+
+#[inline(always)]
+unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acco = [0f32; R];
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        let mut sc = [[0i16; 16]; R];
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q6_K_BYTES);
+            for j in 0..16 {
+                sc[r][j] = i16::from(*wp.add(192 + j) as i8);
+            }
+            let d = ld_f16(wp.add(208)) * da;
+            acco[r] -= d * (32 * scaled_bsums(&sc[r], bs)) as f32;
+        }
+        for h in 0..2 {
+            let a0 = ld256(q8.add(128 * h));
+            let a1 = ld256(q8.add(128 * h + 32));
+            let a2 = ld256(q8.add(128 * h + 64));
+            let a3 = ld256(q8.add(128 * h + 96));
+            for r in 0..R {
+                let wp = w.add(r * ws + i * Q6_K_BYTES);
+                let l0 = ld256(wp.add(64 * h));
+                let l1 = ld256(wp.add(64 * h + 32));
+                let qh = ld256(wp.add(128 + 32 * h));
+                let q0 = _mm256_or_si256(
+                    _mm256_and_si256(l0, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4),
+                );
+                let q1 = _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4),
+                );
+                let q2 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4),
+                );
+                let q3 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4),
+                );
+                let s = &sc[r];
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q0, a0), scale_pair(s, 8 * h));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q1, a1), scale_pair(s, 8 * h + 2));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q2, a2), scale_pair(s, 8 * h + 4));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q3, a3), scale_pair(s, 8 * h + 6));
+            }
+        }
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q6_K_BYTES);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp.add(208)) * da),
+                _mm256_cvtepi32_ps(sumi[r]),
+                acc[r],
+            );
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + acco[r];
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acco = [0f32; R];
+    let m3 = _mm256_set1_epi8(0x03);
+    let one = _mm256_set1_epi8(1);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        let mut sc = [[0i16; 16]; R];
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q3_K_BYTES);
+            let s = scalar::q3k_scales(std::slice::from_raw_parts(wp.add(96), 12));
+            for j in 0..16 {
+                sc[r][j] = s[j] as i16;
+            }
+            let d = ld_f16(wp.add(108)) * da;
+            acco[r] -= d * (4 * scaled_bsums(&sc[r], bs)) as f32;
+        }
+        for h in 0..2 {
+            for j in 0..4 {
+                let av = ld256(q8.add(128 * h + 32 * j));
+                for r in 0..R {
+                    let wp = w.add(r * ws + i * Q3_K_BYTES);
+                    let qs = ld256(wp.add(32 + 32 * h));
+                    let hm = ld256(wp);
+                    let lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                    let hb =
+                        _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * h + j) as i32)), one);
+                    let q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), scale_pair(&sc[r], 8 * h + 2 * j));
+                }
+            }
+        }
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q3_K_BYTES);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp.add(108)) * da),
+                _mm256_cvtepi32_ps(sumi[r]),
+                acc[r],
+            );
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + acco[r];
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn q2k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [0f32; R];
+    let m3 = _mm256_set1_epi8(0x03);
+    for i in 0..nb {
+        let (da, q8, bs) = q8k_parts(a, i);
+        let mut sc = [[0i16; 16]; R];
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q2_K_BYTES);
+            let mut mins = [0i16; 16];
+            for j in 0..16 {
+                let b = *wp.add(j);
+                sc[r][j] = i16::from(b & 15);
+                mins[j] = i16::from(b >> 4);
+            }
+            accm[r] -= ld_f16(wp.add(82)) * da * scaled_bsums(&mins, bs) as f32;
+        }
+        for h in 0..2 {
+            for j in 0..4 {
+                let av = ld256(q8.add(128 * h + 32 * j));
+                for r in 0..R {
+                    let wp = w.add(r * ws + i * Q2_K_BYTES);
+                    let qs = ld256(wp.add(16 + 32 * h));
+                    let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), scale_pair(&sc[r], 8 * h + 2 * j));
+                }
+            }
+        }
+        for r in 0..R {
+            let wp = w.add(r * ws + i * Q2_K_BYTES);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp.add(80)) * da),
+                _mm256_cvtepi32_ps(sumi[r]),
+                acc[r],
+            );
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + accm[r];
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn iq4xs_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let table = iq4nl_table();
+    for i in 0..nb {
+        let (da, q8, _) = q8k_parts(a, i);
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for ib in 0..8 {
+            let av = ld256(q8.add(32 * ib));
+            for r in 0..R {
+                let wp = w.add(r * ws + i * IQ4_XS_BYTES);
+                let kv = _mm256_shuffle_epi8(table, nibbles32(wp.add(8 + 16 * ib)));
+                let p = maddubs(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(av, kv));
+                let ls = scalar::iq4xs_scale(std::slice::from_raw_parts(wp, 8), ib);
+                sumi[r] = D::dpwssd(sumi[r], p, _mm256_set1_epi16(ls as i16));
+            }
+        }
+        for r in 0..R {
+            let wp = w.add(r * ws + i * IQ4_XS_BYTES);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp) * da),
+                _mm256_cvtepi32_ps(sumi[r]),
+                acc[r],
+            );
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float rows (256-bit; the AVX-512 tier has its own below).
+
+#[inline(always)]
+unsafe fn f32_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let n8 = n / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        let av = _mm256_loadu_ps(a.add(4 * i) as *const f32);
+        for r in 0..R {
+            let wv = _mm256_loadu_ps(w.add(r * ws + 4 * i) as *const f32);
+            acc[r] = _mm256_fmadd_ps(wv, av, acc[r]);
+        }
+        i += 8;
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+        for k in n8..n {
+            out[r] += ld_f32(w.add(r * ws + 4 * k)) * ld_f32(a.add(4 * k));
+        }
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn f16_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let n8 = n / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        let av = _mm256_cvtph_ps(ld128(a.add(2 * i)));
+        for r in 0..R {
+            let wv = _mm256_cvtph_ps(ld128(w.add(r * ws + 2 * i)));
+            acc[r] = _mm256_fmadd_ps(wv, av, acc[r]);
+        }
+        i += 8;
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+        for k in n8..n {
+            out[r] += ld_f16(w.add(r * ws + 2 * k)) * ld_f16(a.add(2 * k));
+        }
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn bf16x8(p: *const u8) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16))
+}
+
+#[inline(always)]
+unsafe fn ld_bf16(p: *const u8) -> f32 {
+    f32::from_bits(u32::from((p as *const u16).read_unaligned()) << 16)
+}
+
+#[inline(always)]
+unsafe fn bf16_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let n8 = n / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        let av = bf16x8(a.add(2 * i));
+        for r in 0..R {
+            acc[r] = _mm256_fmadd_ps(bf16x8(w.add(r * ws + 2 * i)), av, acc[r]);
+        }
+        i += 8;
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+        for k in n8..n {
+            out[r] += ld_bf16(w.add(r * ws + 2 * k)) * ld_bf16(a.add(2 * k));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float rows, 512-bit.
+
+#[inline(always)]
+unsafe fn f32_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let n16 = n / 16 * 16;
+    let mut i = 0;
+    while i < n16 {
+        let av = _mm512_loadu_ps(a.add(4 * i) as *const f32);
+        for r in 0..R {
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w.add(r * ws + 4 * i) as *const f32), av, acc[r]);
+        }
+        i += 16;
+    }
+    let tail = (n - n16) as u32;
+    if tail > 0 {
+        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
+        let av = _mm512_maskz_loadu_ps(m, a.add(4 * i) as *const f32);
+        for r in 0..R {
+            let wv = _mm512_maskz_loadu_ps(m, w.add(r * ws + 4 * i) as *const f32);
+            acc[r] = _mm512_fmadd_ps(wv, av, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn f16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let n16 = n / 16 * 16;
+    let mut i = 0;
+    while i < n16 {
+        let av = _mm512_cvtph_ps(ld256(a.add(2 * i)));
+        for r in 0..R {
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(ld256(w.add(r * ws + 2 * i))), av, acc[r]);
+        }
+        i += 16;
+    }
+    let tail = (n - n16) as u32;
+    if tail > 0 {
+        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
+        let av = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, a.add(2 * i) as *const i16));
+        for r in 0..R {
+            let wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w.add(r * ws + 2 * i) as *const i16));
+            acc[r] = _mm512_fmadd_ps(wv, av, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+    out
+}
+
+/// BF16 rows with `vdpbf16ps` (pairs of bf16 products accumulated in f32).
+#[inline(always)]
+unsafe fn bf16_rows512_dp<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let n32 = n / 32 * 32;
+    let mut i = 0;
+    while i < n32 {
+        let av: __m512bh = std::mem::transmute(_mm512_loadu_si512(a.add(2 * i) as *const _));
+        for r in 0..R {
+            let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(w.add(r * ws + 2 * i) as *const _));
+            acc[r] = _mm512_dpbf16_ps(acc[r], wv, av);
+        }
+        i += 32;
+    }
+    let tail = (n - n32) as u32;
+    if tail > 0 {
+        let m: __mmask32 = ((1u64 << tail) - 1) as u32;
+        let av: __m512bh = std::mem::transmute(_mm512_maskz_loadu_epi16(m, a.add(2 * i) as *const i16));
+        for r in 0..R {
+            let wv: __m512bh =
+                std::mem::transmute(_mm512_maskz_loadu_epi16(m, w.add(r * ws + 2 * i) as *const i16));
+            acc[r] = _mm512_dpbf16_ps(acc[r], wv, av);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn bf16x16(p: *const u8) -> __m512 {
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld256(p)), 16))
+}
+
+#[inline(always)]
+unsafe fn bf16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let n16 = n / 16 * 16;
+    let mut i = 0;
+    while i < n16 {
+        let av = bf16x16(a.add(2 * i));
+        for r in 0..R {
+            acc[r] = _mm512_fmadd_ps(bf16x16(w.add(r * ws + 2 * i)), av, acc[r]);
+        }
+        i += 16;
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+        for k in n16..n {
+            out[r] += ld_bf16(w.add(r * ws + 2 * k)) * ld_bf16(a.add(2 * k));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-group driver: rows four at a time (four weight streams share each activation load), the
+// remainder one at a time.
+
+/// Runs a row kernel over `out.len()` rows: four at a time, then one at a time.
+macro_rules! run_rows {
+    ($out:ident, $w:ident, $ws:ident, $a:ident, $f:ident $(::<$($g:ty),*>)? ($nb:expr)) => {{
+        let nr = $out.len();
+        let mut r = 0;
+        while r + 4 <= nr {
+            let v = $f::<$($($g,)*)? 4>($nb, $w.add(r * $ws), $ws, $a);
+            $out[r..r + 4].copy_from_slice(&v);
+            r += 4;
+        }
+        while r < nr {
+            $out[r] = $f::<$($($g,)*)? 1>($nb, $w.add(r * $ws), $ws, $a)[0];
+            r += 1;
+        }
+    }};
+}
+
+#[inline(always)]
+unsafe fn q4k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    q45k_rows::<D, false, R>(nb, w, ws, a)
+}
+
+#[inline(always)]
+unsafe fn q5k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
+    q45k_rows::<D, true, R>(nb, w, ws, a)
+}
+
+macro_rules! rows_driver {
+    ($name:ident, $feat:literal, $d:ty, $f32:ident, $f16:ident, $bf16:ident) => {
+        /// `out[r] = w_r · a` for the `out.len()` rows starting at `w` (stride `ws` bytes).
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $name(ty: GgmlType, n: usize, w: *const u8, ws: usize, a: *const u8, out: &mut [f32]) {
+            use GgmlType as T;
+            match ty {
+                T::F32 => run_rows!(out, w, ws, a, $f32(n)),
+                T::F16 => run_rows!(out, w, ws, a, $f16(n)),
+                T::BF16 => run_rows!(out, w, ws, a, $bf16(n)),
+                T::Q4_0 => run_rows!(out, w, ws, a, q32_rows::<Q4_0, $d>(n / 32)),
+                T::Q4_1 => run_rows!(out, w, ws, a, q32_rows::<Q4_1, $d>(n / 32)),
+                T::Q5_0 => run_rows!(out, w, ws, a, q32_rows::<Q5_0, $d>(n / 32)),
+                T::Q5_1 => run_rows!(out, w, ws, a, q32_rows::<Q5_1, $d>(n / 32)),
+                T::Q8_0 => run_rows!(out, w, ws, a, q32_rows::<Q8_0, $d>(n / 32)),
+                T::IQ4_NL => run_rows!(out, w, ws, a, q32_rows::<Iq4Nl, $d>(n / 32)),
+                T::Q2_K => run_rows!(out, w, ws, a, q2k_rows::<$d>(n / 256)),
+                T::Q3_K => run_rows!(out, w, ws, a, q3k_rows::<$d>(n / 256)),
+                T::Q4_K => run_rows!(out, w, ws, a, q4k_rows::<$d>(n / 256)),
+                T::Q5_K => run_rows!(out, w, ws, a, q5k_rows::<$d>(n / 256)),
+                T::Q6_K => run_rows!(out, w, ws, a, q6k_rows::<$d>(n / 256)),
+                T::IQ4_XS => run_rows!(out, w, ws, a, iq4xs_rows::<$d>(n / 256)),
+                _ => unreachable!("no kernel for {ty}"),
+            }
+        }
+    };
+}
+
+rows_driver!(
+    dot_rows_avx2,
+    "avx2,fma,f16c",
+    Avx2,
+    f32_rows256,
+    f16_rows256,
+    bf16_rows256
+);
+rows_driver!(
+    dot_rows_avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni",
+    Vnni,
+    f32_rows512,
+    f16_rows512,
+    bf16_rows512
+);
+rows_driver!(
+    dot_rows_avx512bf16,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16",
+    Vnni,
+    f32_rows512,
+    f16_rows512,
+    bf16_rows512_dp
+);
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization, bit-identical to the scalar references.
+
+/// `roundf`: round half away from zero, exactly (the fraction `v - trunc(v)` is exact).
+#[inline(always)]
+unsafe fn round_away(v: __m256) -> __m256 {
+    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    let frac = _mm256_sub_ps(v, t);
+    let sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0));
+    let half = _mm256_cmp_ps(
+        _mm256_andnot_ps(_mm256_set1_ps(-0.0), frac),
+        _mm256_set1_ps(0.5),
+        _CMP_GE_OQ,
+    );
+    _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(sign, _mm256_set1_ps(1.0))))
+}
+
+/// Four vectors of 8 i32 (each in -128..=127) as 32 bytes in order.
+#[inline(always)]
+unsafe fn pack_i32x32(i0: __m256i, i1: __m256i, i2: __m256i, i3: __m256i) -> __m256i {
+    let a = _mm256_packs_epi32(i0, i1);
+    let b = _mm256_packs_epi32(i2, i3);
+    let c = _mm256_packs_epi16(a, b);
+    _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+#[inline(always)]
+unsafe fn amax32(x: *const f32) -> f32 {
+    let abs = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_andnot_ps(abs, _mm256_loadu_ps(x));
+    for k in 1..4 {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(abs, _mm256_loadu_ps(x.add(8 * k))));
+    }
+    let s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Quantizes one 32-block to `out` (32 bytes); returns the f32 scale and the sum of the quants.
+#[inline(always)]
+unsafe fn q8_block(x: *const f32, out: *mut u8) -> (f32, i32) {
+    let amax = amax32(x);
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let mut q = [_mm256_setzero_si256(); 4];
+    for (k, qk) in q.iter_mut().enumerate() {
+        *qk = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), id)));
+    }
+    let sum = hsum_epi32(_mm256_add_epi32(
+        _mm256_add_epi32(q[0], q[1]),
+        _mm256_add_epi32(q[2], q[3]),
+    ));
+    _mm256_storeu_si256(out as *mut __m256i, pack_i32x32(q[0], q[1], q[2], q[3]));
+    (d, sum)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
+        let (d, _) = q8_block(x.as_ptr(), y.as_mut_ptr().add(2));
+        y[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_1_BYTES)) {
+        let (d, sum) = q8_block(x.as_ptr(), y.as_mut_ptr().add(4));
+        y[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        y[2..4].copy_from_slice(&half::f16::from_f32(sum as f32 * d).to_bits().to_le_bytes());
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    let absmask = _mm256_set1_ps(-0.0);
+    for (x, y) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let xp = x.as_ptr();
+        let mut m = _mm256_setzero_ps();
+        for k in 0..32 {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(absmask, _mm256_loadu_ps(xp.add(8 * k))));
+        }
+        let s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+        let amax = _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+        if amax == 0.0 {
+            y.fill(0);
+            continue;
+        }
+        // The reference keeps the first element of largest magnitude, with its sign.
+        let va = _mm256_set1_ps(amax);
+        let mut max = 0.0;
+        for k in 0..32 {
+            let eq = _mm256_cmp_ps(
+                _mm256_andnot_ps(absmask, _mm256_loadu_ps(xp.add(8 * k))),
+                va,
+                _CMP_EQ_OQ,
+            );
+            let bits = _mm256_movemask_ps(eq);
+            if bits != 0 {
+                max = x[8 * k + bits.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let vs = _mm256_set1_ps(iscale);
+        let top = _mm256_set1_epi32(127);
+        let yq = y.as_mut_ptr().add(4);
+        let bsums = y.as_mut_ptr().add(260) as *mut i16;
+        for b in 0..8 {
+            let mut q = [_mm256_setzero_si256(); 4];
+            for (k, qk) in q.iter_mut().enumerate() {
+                let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(32 * b + 8 * k)), vs);
+                // cvtps rounds to nearest even, as the reference's magic-number rounding.
+                *qk = _mm256_min_epi32(_mm256_cvtps_epi32(v), top);
+            }
+            let s01 = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+            let s23 = hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+            bsums.add(2 * b).write_unaligned(s01 as i16);
+            bsums.add(2 * b + 1).write_unaligned(s23 as i16);
+            _mm256_storeu_si256(
+                yq.add(32 * b) as *mut __m256i,
+                pack_i32x32(q[0], q[1], q[2], q[3]),
+            );
+        }
+        y[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
+    let n8 = x.len() / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        let h = _mm256_cvtps_ph(_mm256_loadu_ps(x.as_ptr().add(i)), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(out.as_mut_ptr().add(2 * i) as *mut __m128i, h);
+    }
+    scalar::quantize_f16(&x[n8..], &mut out[2 * n8..]);
+}
