@@ -17,6 +17,7 @@ pub mod quant;
 pub mod sample;
 pub mod stop;
 pub mod template;
+pub mod tokenizer;
 
 pub use batch::Batch;
 pub use context::{Context, ContextParams};

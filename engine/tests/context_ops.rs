@@ -209,3 +209,69 @@ fn pooled_embeddings_are_normalized_and_batch_split_invariant() {
     assert!(max_diff(&e0, b.embeddings(0).unwrap()) < 1e-5);
     assert!(b.logits(PROMPT.len() - 1).is_some());
 }
+
+#[path = "models/tiny_model.rs"]
+mod tiny_model;
+
+fn tiny_gemma3(dir: &tempfile::TempDir) -> Arc<Model> {
+    let path = dir.path().join("gemma3.gguf");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    tiny_model::write(tiny_model::spec("tiny-gemma3-f16"), &fixtures, &path);
+    Model::load(path, &ModelParams::default()).unwrap()
+}
+
+#[test]
+fn sliding_window_layers_keep_a_small_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gemma3(&dir);
+    assert_eq!(m.sliding_window(), Some(tiny_model::GEMMA3_WINDOW));
+    let c = ctx(&m, 4096, 8, 1);
+    // One global layer with 4096 cells, five windowed layers with window + batch = 12 cells;
+    // each cell holds one KV head of 32 keys and 32 values in f16.
+    let per_cell = 2 * 32 * 2;
+    assert_eq!(c.kv_size_bytes(), per_cell * (4096 + 5 * 12));
+    let est = m.estimate_memory(4096, 8, 1, KvType::F16);
+    assert_eq!(est.kv_cache, c.kv_size_bytes() as u64);
+    assert_eq!(est.weights, m.weights_size());
+}
+
+#[test]
+fn sliding_window_model_generates_past_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gemma3(&dir);
+    let mut c = ctx(&m, 16, 4, 1);
+    let prompt = tiny_model::prompt();
+    let params = GenerateParams {
+        n_predict: 40,
+        n_keep: 1,
+        seq: 0,
+    };
+    let out = generate_greedy(&mut c, &[prompt.clone(), prompt].concat(), &params, |_| true).unwrap();
+    assert_eq!(out.len(), 40);
+    assert!(c.seq_pos_max(0).unwrap() < 16);
+}
+
+#[test]
+fn q8_0_cache_is_close_to_f16() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen3.gguf");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    tiny_model::write(tiny_model::spec("tiny-qwen3-f16"), &fixtures, &path);
+    let m = Model::load(path, &ModelParams::default()).unwrap();
+    let prompt = tiny_model::prompt();
+    let f16 = last_logits(&mut ctx(&m, 64, 512, 1), &prompt, 0, 0);
+    let mut q8 = Context::new(
+        m.clone(),
+        ContextParams {
+            n_ctx: 64,
+            kv_type: KvType::Q8_0,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let q8 = last_logits(&mut q8, &prompt, 0, 0);
+    let d = max_diff(&f16, &q8);
+    assert!(d > 0.0 && d < 5e-2, "q8_0 vs f16 cache: {d}");
+    assert_eq!(argmax(&f16), argmax(&q8));
+}

@@ -7,9 +7,17 @@ use std::path::{Path, PathBuf};
 
 use engine::{Batch, Context, ContextParams, Model, ModelParams};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+#[path = "models/tiny_model.rs"]
+mod tiny_model;
+
+fn shared() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+}
 
 fn shared_tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/tiny")
+    shared().join("tiny")
 }
 
 /// Near-ties in llama.cpp's own output: either token is right there.
@@ -150,4 +158,106 @@ fn llama_f16() {
 #[test]
 fn qwen2_f16() {
     assert_float_fixture("tiny-qwen2-e32-f16.json");
+}
+
+/// Our own fixtures: the model is written again by the same generator (checked by its sha256)
+/// and compared at every position with llama.cpp's logits recorded by `scripts/measure-logits.py`.
+fn check_own_fixture(name: &str) {
+    check_own_fixture_in_batches(name, 512);
+}
+
+/// With micro-batches of `n_batch` tokens (a sliding-window pool then holds window + n_batch cells).
+fn check_own_fixture_in_batches(name: &str, n_batch: u32) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/logits/{name}.json"));
+    let fx: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("model.gguf");
+    let spec = tiny_model::spec(fx["model"].as_str().unwrap());
+    tiny_model::write(spec, &shared(), &model_path);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&model_path).unwrap()));
+    assert_eq!(
+        sha,
+        fx["model_sha256"].as_str().unwrap(),
+        "{name}: the generator no longer writes the measured file"
+    );
+    let tokens: Vec<u32> = fx["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(tokens, tiny_model::prompt());
+    let model = Model::load(&model_path, &ModelParams::default()).unwrap();
+    let mut ctx = Context::new(
+        model,
+        ContextParams {
+            n_ctx: fx["n_ctx"].as_u64().unwrap() as u32,
+            n_batch,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut batch = Batch::new();
+    for (i, &t) in tokens.iter().enumerate() {
+        batch.add(t, i as i32, 0, true);
+    }
+    ctx.decode(&batch).unwrap();
+    let mut max_abs = 0f64;
+    let mut kl_max = 0f64;
+    for (pos, row) in fx["logits"].as_array().unwrap().iter().enumerate() {
+        let reference: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let ours: Vec<f64> = ctx.logits(pos).unwrap().iter().map(|&v| f64::from(v)).collect();
+        for (a, b) in reference.iter().zip(&ours) {
+            max_abs = max_abs.max((a - b).abs());
+        }
+        kl_max = kl_max.max(kl(&reference, &ours));
+        let mut sorted: Vec<(usize, f64)> = reference.iter().copied().enumerate().collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let ours_top = engine::generate::argmax(ctx.logits(pos).unwrap()) as usize;
+        if sorted[0].1 - sorted[1].1 >= NEAR_TIE {
+            assert_eq!(ours_top, sorted[0].0, "{name}: top-1 at position {pos}");
+        } else {
+            assert!(
+                ours_top == sorted[0].0 || ours_top == sorted[1].0,
+                "{name}: near-tie at {pos}"
+            );
+        }
+    }
+    println!("{name}: max |delta logit| over all positions {max_abs:.2e}, max KL {kl_max:.2e}");
+    assert!(max_abs < 1e-2, "{name}: max |delta logit| {max_abs}");
+    assert!(kl_max < 1e-3, "{name}: KL {kl_max}");
+}
+
+#[test]
+fn qwen3_f16_own_fixture() {
+    check_own_fixture("tiny-qwen3-f16");
+}
+
+#[test]
+fn gemma3_f16_own_fixture() {
+    check_own_fixture("tiny-gemma3-f16");
+}
+
+#[test]
+fn gemma3_small_sliding_window_pool() {
+    // Window 4: with micro-batches of 1 and 3 tokens the windowed layers' pool has 5 and 7 cells,
+    // reused as tokens leave the window, and every position still gets llama.cpp's logits.
+    check_own_fixture_in_batches("tiny-gemma3-f16", 1);
+    check_own_fixture_in_batches("tiny-gemma3-f16", 3);
+}
+
+#[test]
+fn phi3_f32_own_fixture() {
+    check_own_fixture("tiny-phi3-f32");
+}
+
+#[test]
+fn phi3_f32_long_context_own_fixture() {
+    check_own_fixture("tiny-phi3-f32-ctx2048");
 }

@@ -3,15 +3,19 @@
 use clap::Subcommand;
 
 mod inspect;
+mod tokenize;
 
 #[derive(Subcommand)]
 pub enum Command {
     /// Show what a GGUF file holds: version, metadata, tensors, file type
     Inspect(inspect::Args),
+    /// Show how a model's tokenizer splits a text (ids and pieces, as llama-tokenize).
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     }
 }

@@ -101,10 +101,10 @@ impl Gguf {
             if no.unwrap_or(0) != 0 {
                 let no = no.unwrap_or(0);
                 let hint = split_prefix(path, no, count)
-                    .map(|p| format!(": open {}", split_path(&p, 0, count).display()))
+                    .map(|p| format!(", {}", split_path(&p, 0, count).display()))
                     .unwrap_or_default();
                 return Err(Error::Split(format!(
-                    "{} is part {} of {count} of a split model; a split model is opened by its first part{hint}",
+                    "{} is part {} of {count} of a split model; open its first part{hint}",
                     path.display(),
                     no + 1
                 )));

@@ -116,6 +116,11 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
                 "GGUF version 1 is no longer supported; re-convert the model with a current llama.cpp".into(),
             ))
         }
+        0 => {
+            return Err(Error::UnsupportedFormat(
+                "GGUF version 0 is not a valid version".into(),
+            ))
+        }
         v if v & 0xFFFF == 0 => {
             return Err(Error::UnsupportedFormat(format!(
                 "GGUF version field {v:#010x} looks byte-swapped: big-endian GGUF files are not supported"
@@ -130,8 +135,8 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
     let n_tensors = c.u64("tensor count")?;
     let n_kv = c.u64("metadata count")?;
 
-    // A key/value pair takes at least 8 (key length) + 1 (key) + 4 (type) + 1 (value) bytes.
-    c.check_count(n_kv, 14, "metadata key/value pairs")?;
+    // A key/value pair takes at least 8 (key length) + 4 (type) + 1 (value) bytes.
+    c.check_count(n_kv, 13, "metadata key/value pairs")?;
     let mut metadata = Metadata::new();
     for i in 0..n_kv {
         let at = c.pos as u64;
@@ -163,8 +168,13 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
 
     // A tensor info takes at least 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes.
     c.check_count(n_tensors, 24, "tensor infos")?;
-    c.charge_n(n_tensors, size_of::<TensorInfo>() + size_of::<&str>())?;
+    c.charge_n(
+        n_tensors,
+        size_of::<TensorInfo>() + size_of::<&str>() + size_of::<u64>(),
+    )?;
     let mut tensors = Vec::with_capacity(n_tensors as usize);
+    // Where each tensor info starts, to say where a tensor whose data is misplaced is described.
+    let mut info_at = Vec::with_capacity(n_tensors as usize);
     let mut names = HashSet::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
         let at = c.pos as u64;
@@ -176,6 +186,7 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
             ));
         }
         tensors.push(t);
+        info_at.push(at);
     }
 
     let data_offset = align_up(c.pos as u64, alignment)
@@ -187,7 +198,7 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
             format!("file ends before its data section, which starts at byte {data_offset}"),
         ));
     }
-    check_tensor_data(&tensors, data_offset, file_len)?;
+    check_tensor_data(&tensors, &info_at, data_offset, file_len)?;
     Ok(Header {
         version,
         metadata,
@@ -197,13 +208,14 @@ pub fn parse(bytes: &[u8]) -> Result<Header> {
     })
 }
 
-/// Every tensor's bytes lie inside the file and no two tensors share a byte.
-fn check_tensor_data(tensors: &[TensorInfo], data_offset: u64, file_len: u64) -> Result<()> {
+/// Every tensor's bytes lie inside the file and no two tensors share a byte. Errors point at the
+/// tensor info (`info_at[i]`) of the tensor at fault.
+fn check_tensor_data(tensors: &[TensorInfo], info_at: &[u64], data_offset: u64, file_len: u64) -> Result<()> {
     let data_len = file_len.saturating_sub(data_offset);
-    for t in tensors {
+    for (t, &at) in tensors.iter().zip(info_at) {
         if t.offset.checked_add(t.size).is_none_or(|end| end > data_len) {
             return Err(Error::corrupt(
-                data_offset.saturating_add(t.offset),
+                at,
                 format!(
                     "tensor {:?} ({} bytes at data offset {}) extends past the end of the file ({} data bytes)",
                     t.name, t.size, t.offset, data_len
@@ -213,13 +225,13 @@ fn check_tensor_data(tensors: &[TensorInfo], data_offset: u64, file_len: u64) ->
     }
     // llama.cpp requires tensors to be laid out contiguously in info order; we accept any
     // order (as older readers did) but never overlapping data.
-    let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
-    by_offset.sort_by_key(|t| (t.offset, t.size));
+    let mut by_offset: Vec<usize> = (0..tensors.len()).collect();
+    by_offset.sort_by_key(|&i| (tensors[i].offset, tensors[i].size));
     for pair in by_offset.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
+        let (a, b) = (&tensors[pair[0]], &tensors[pair[1]]);
         if a.offset + a.size > b.offset {
             return Err(Error::corrupt(
-                data_offset + b.offset,
+                info_at[pair[1]],
                 format!(
                     "tensor {:?} (data bytes {}..{}) overlaps tensor {:?} (data bytes {}..{})",
                     b.name,

@@ -44,7 +44,8 @@ fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
 impl Model {
     pub(crate) fn view(&self, w: &Weight) -> WeightView<'_> {
         let t = &self.gguf.tensors()[w.tensor];
-        WeightView::new(w.ty, w.n_in, w.row0 + w.n_out, self.gguf.tensor_data(t))
+        let rows = t.info.dims[1] as usize;
+        WeightView::new(w.ty, w.n_in, rows, self.gguf.tensor_data(t))
             .expect("shapes were checked at load")
             .rows(w.row0..w.row0 + w.n_out)
     }

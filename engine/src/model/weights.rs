@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::arch::{Arch, Ffn, Presence};
-use super::hparams::{HParams, RopeScaling};
+use super::hparams::HParams;
 use crate::gguf::Gguf;
 use crate::ops::dot;
 use crate::quant::GgmlType;
@@ -171,14 +171,10 @@ impl Weights {
         let factors =
             |name: &str| -> Result<Option<Arc<[f32]>>> { Ok(l.vector_opt(name, n_pairs)?.map(Arc::from)) };
         let rope_freqs = factors("rope_freqs.weight")?;
-        let (rope_long, rope_short) = if h.rope_scaling == RopeScaling::LongRope {
-            (
-                factors("rope_factors_long.weight")?,
-                factors("rope_factors_short.weight")?,
-            )
-        } else {
-            (None, None)
-        };
+        // LongRoPE factors are used whenever present (phi3 files carry them without a scaling
+        // type; llama.cpp loads them unconditionally too).
+        let rope_long = factors("rope_factors_long.weight")?;
+        let rope_short = factors("rope_factors_short.weight")?;
         let mut layers = Vec::with_capacity(h.n_layer);
         for il in 0..h.n_layer {
             let name = |s: &str| format!("blk.{il}.{s}");

@@ -2,7 +2,10 @@
 //! TEMPLATE language (Go `text/template`, our own implementation), plus the choice between them.
 
 pub mod clock;
+pub mod gotmpl;
 pub mod jinja;
+pub mod ollama;
 pub mod pyjson;
 
 pub use jinja::{JinjaInputs, JinjaTemplate};
+pub use ollama::{OllamaInputs, OllamaTemplate};

@@ -23,6 +23,9 @@ pub struct Case {
     pub tools: Vec<Tool>,
     pub think: Option<Think>,
     pub add_generation_prompt: bool,
+    /// `/api/generate`'s prompt and suffix (fill-in-the-middle cases).
+    pub prompt: String,
+    pub suffix: String,
 }
 
 pub fn load_case(name: &str) -> Case {
@@ -49,6 +52,16 @@ pub fn load_case(name: &str) -> Case {
             .get("add_generation_prompt")
             .and_then(Value::as_bool)
             .unwrap_or(true),
+        prompt: v
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        suffix: v
+            .get("suffix")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 
