@@ -4,7 +4,9 @@
 
 mod support;
 
-use engine::template::{JinjaInputs, JinjaTemplate};
+use engine::template::{
+    render_prompt, ChatFormat, JinjaInputs, JinjaTemplate, ModelTemplates, PromptRequest, TemplateSource,
+};
 use serde_json::Value;
 use support::{check_expected, data_dir, fixed_now, load_case};
 
@@ -126,4 +128,29 @@ fn qwen25_coder_gguf_template_matches_hugging_face() {
         let path = data_dir().join(format!("jinja/expected/qwen2.5/{case}.txt"));
         assert_eq!(check_expected(&path, &got), None);
     }
+
+    // The same through the daemon's entry point: template chosen from the GGUF (no Modelfile
+    // TEMPLATE, no request template), tokens read from its metadata.
+    let model = ModelTemplates::from_gguf(md, None).unwrap();
+    assert!(!model.add_bos);
+    let format = ChatFormat::select(&model, None).unwrap();
+    assert_eq!(format.source(), TemplateSource::Gguf);
+    let caps = format.capabilities();
+    assert!(caps.tools && !caps.thinking && !caps.insert);
+    let c = load_case("tool-roundtrip");
+    let req = PromptRequest {
+        now: fixed_now(),
+        ..PromptRequest::chat(&c.messages, &c.tools, None)
+    };
+    let got = render_prompt(&model, None, &req).unwrap();
+    assert_eq!(
+        check_expected(
+            &data_dir().join("jinja/expected/qwen2.5/tool-roundtrip.txt"),
+            &got
+        ),
+        None
+    );
+    // A request template still wins over the GGUF's.
+    let got = render_prompt(&model, Some("{{ range .Messages }}{{ .Role }};{{ end }}"), &req).unwrap();
+    assert_eq!(got, "user;assistant;tool;");
 }

@@ -5,8 +5,13 @@
 //! formats. Tool definitions and tool-call arguments stay JSON values (`serde_json`), because they
 //! are JSON Schema and free-form objects that templates print back as JSON.
 
+pub mod reply;
 pub mod thinking;
 pub mod tools;
+
+pub use reply::{ReplyDelta, ReplyParser};
+pub use thinking::ThinkingParser;
+pub use tools::{ToolCallFormat, ToolCallParser};
 
 use serde_json::{Map, Value};
 

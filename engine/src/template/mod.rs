@@ -5,7 +5,11 @@ pub mod clock;
 pub mod gotmpl;
 pub mod jinja;
 pub mod ollama;
+pub mod prompt;
 pub mod pyjson;
 
 pub use jinja::{JinjaInputs, JinjaTemplate};
 pub use ollama::{OllamaInputs, OllamaTemplate};
+pub use prompt::{
+    render_prompt, ChatFormat, ModelTemplates, PromptRequest, TemplateCapabilities, TemplateSource,
+};

@@ -50,6 +50,7 @@ impl OllamaTemplate {
     pub fn parse(source: &str) -> Result<OllamaTemplate> {
         // Ollama normalizes line endings of its own templates; a Modelfile's text is taken as is.
         let mut tmpl = GoTemplate::parse(source)?;
+        tmpl.check_functions(FUNCS)?;
         let vars = collect_vars(&tmpl)?;
         if !vars.iter().any(|v| v == "messages" || v == "response") {
             tmpl.root_mut().push(response_action());
@@ -821,6 +822,9 @@ fn ts_type(v: &Value) -> String {
         .collect::<Vec<_>>()
         .join(" | ")
 }
+
+/// Ollama's template functions.
+const FUNCS: &[&str] = &["json", "currentDate", "yesterdayDate", "toTypeScriptType"];
 
 fn funcs(now: SystemTime) -> HashMap<&'static str, Func> {
     let mut f: HashMap<&'static str, Func> = HashMap::new();

@@ -12,6 +12,12 @@ use crate::{Error, Result};
 /// A function callable from templates (besides the builtins).
 pub type Func = Box<dyn Fn(&[Value]) -> std::result::Result<Value, String>>;
 
+/// The functions every template has.
+pub const BUILTINS: &[&str] = &[
+    "and", "or", "not", "len", "index", "slice", "eq", "ne", "lt", "le", "gt", "ge", "print", "printf",
+    "println", "html", "js", "urlquery",
+];
+
 /// Nesting of `template` calls Go allows before giving up (a template calling itself).
 const MAX_TEMPLATE_DEPTH: usize = 100;
 /// Bound on loop iterations and output size: templates come from downloaded models.

@@ -37,6 +37,44 @@ impl GoTemplate {
         &mut self.tree.root
     }
 
+    /// Checks, as Go does at parse time, that every function the template calls exists: the
+    /// builtins or one of `extra`.
+    pub fn check_functions(&self, extra: &[&str]) -> Result<()> {
+        fn walk_pipe(p: &Pipe, ok: &dyn Fn(&str) -> bool) -> std::result::Result<(), String> {
+            for a in p.cmds.iter().flat_map(|c| &c.args) {
+                match a {
+                    Arg::Ident(name) if !ok(name) => return Err(name.clone()),
+                    Arg::Pipe(p, _) => walk_pipe(p, ok)?,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        fn walk(nodes: &[Node], ok: &dyn Fn(&str) -> bool) -> std::result::Result<(), String> {
+            for n in nodes {
+                match n {
+                    Node::Action(p) => walk_pipe(p, ok)?,
+                    Node::If(b) | Node::Range(b) | Node::With(b) => {
+                        walk_pipe(&b.pipe, ok)?;
+                        walk(&b.list, ok)?;
+                        if let Some(e) = &b.else_list {
+                            walk(e, ok)?;
+                        }
+                    }
+                    Node::Template { pipe: Some(p), .. } => walk_pipe(p, ok)?,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        let ok = |name: &str| exec::BUILTINS.contains(&name) || extra.contains(&name);
+        let mut r = walk(&self.tree.root, &ok);
+        for body in self.tree.defines.values() {
+            r = r.and_then(|_| walk(body, &ok));
+        }
+        r.map_err(|name| crate::Error::Template(format!("function {name:?} not defined")))
+    }
+
     /// Runs the template with `data` as dot (and `$`).
     pub fn execute(&self, data: &Value, funcs: &HashMap<&'static str, Func>) -> Result<String> {
         exec::Exec::run(&self.tree, &self.tree.root, funcs, data)

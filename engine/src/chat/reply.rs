@@ -1,0 +1,147 @@
+//! A model's reply, split as it streams: thinking, content and tool calls.
+//!
+//! The thinking parser runs first (a tool call written while thinking is not a call); the tool
+//! parser sees only the reply's content. Build one per request with
+//! [`crate::template::ChatFormat::reply_parser`].
+
+use super::thinking::ThinkingParser;
+use super::tools::ToolCallParser;
+use super::ToolCall;
+
+/// What a piece of output turned into.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplyDelta {
+    pub thinking: String,
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl ReplyDelta {
+    pub fn is_empty(&self) -> bool {
+        self.thinking.is_empty() && self.content.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplyParser {
+    thinking: Option<ThinkingParser>,
+    /// False when the request turned thinking off but the prompt opened it anyway: the
+    /// reasoning is parsed out of the content and dropped.
+    emit_thinking: bool,
+    tools: Option<ToolCallParser>,
+}
+
+impl ReplyParser {
+    pub fn new(
+        thinking: Option<ThinkingParser>,
+        emit_thinking: bool,
+        tools: Option<ToolCallParser>,
+    ) -> ReplyParser {
+        ReplyParser {
+            thinking,
+            emit_thinking,
+            tools,
+        }
+    }
+
+    /// Everything is content.
+    pub fn passthrough() -> ReplyParser {
+        ReplyParser::default()
+    }
+
+    pub fn push(&mut self, text: &str) -> ReplyDelta {
+        let (thinking, content) = match &mut self.thinking {
+            Some(t) => {
+                let s = t.push(text);
+                (s.thinking, s.content)
+            }
+            None => (String::new(), text.to_string()),
+        };
+        self.content(thinking, &content, false)
+    }
+
+    /// End of output: releases anything held back.
+    pub fn finish(&mut self) -> ReplyDelta {
+        let (thinking, content) = match &mut self.thinking {
+            Some(t) => {
+                let s = t.finish();
+                (s.thinking, s.content)
+            }
+            None => (String::new(), String::new()),
+        };
+        self.content(thinking, &content, true)
+    }
+
+    fn content(&mut self, thinking: String, content: &str, eof: bool) -> ReplyDelta {
+        let mut d = ReplyDelta {
+            thinking: if self.emit_thinking {
+                thinking
+            } else {
+                String::new()
+            },
+            ..ReplyDelta::default()
+        };
+        match &mut self.tools {
+            Some(p) => {
+                let mut r = p.push(content);
+                if eof {
+                    let f = p.finish();
+                    r.content.push_str(&f.content);
+                    r.calls.extend(f.calls);
+                }
+                d.content = r.content;
+                d.tool_calls = r.calls;
+            }
+            None => d.content = content.to_string(),
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::ToolCallFormat;
+
+    #[test]
+    fn thinking_then_tool_call() {
+        let mut p = ReplyParser::new(
+            Some(ThinkingParser::new("<think>", "</think>")),
+            true,
+            Some(ToolCallParser::new(
+                ToolCallFormat::from_tag("<tool_call>"),
+                vec!["f".into()],
+            )),
+        );
+        let mut all = ReplyDelta::default();
+        for piece in [
+            "<think>I could call <tool_call>",
+            " f.</think>\n\nOk. <tool_",
+            "call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>",
+        ] {
+            let d = p.push(piece);
+            all.thinking.push_str(&d.thinking);
+            all.content.push_str(&d.content);
+            all.tool_calls.extend(d.tool_calls);
+        }
+        let d = p.finish();
+        assert!(d.is_empty());
+        assert_eq!(all.thinking, "I could call <tool_call> f.");
+        assert_eq!(all.content, "Ok. ");
+        assert_eq!(all.tool_calls.len(), 1);
+        assert_eq!(all.tool_calls[0].arguments["x"], 1);
+    }
+
+    #[test]
+    fn suppressed_thinking_is_dropped() {
+        let mut p = ReplyParser::new(
+            Some(ThinkingParser::for_prompt("<think>", "</think>", "x<think>\n")),
+            false,
+            None,
+        );
+        let mut d = p.push("hidden</think>shown");
+        let f = p.finish();
+        d.content.push_str(&f.content);
+        assert_eq!((d.thinking.as_str(), d.content.as_str()), ("", "shown"));
+    }
+}
