@@ -77,6 +77,22 @@ impl Error {
         }
     }
 
+    /// Names the tensor in an error from a row-level function (e.g. `quant::dequantize_row`), which
+    /// leaves the name empty because it does not know it.
+    pub fn for_tensor(self, name: &str) -> Self {
+        match self {
+            Error::UnsupportedType { tensor, ty } if tensor.is_empty() => Error::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+            },
+            Error::BadTensor { tensor, msg } if tensor.is_empty() => Error::BadTensor {
+                tensor: name.to_string(),
+                msg,
+            },
+            e => e,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
