@@ -403,6 +403,20 @@ mod tests {
     }
 
     #[test]
+    fn hostile_templates_error_instead_of_crashing() {
+        let deep = format!(
+            "{}x{}",
+            "{% if true %}".repeat(50_000),
+            "{% endif %}".repeat(50_000)
+        );
+        assert!(JinjaTemplate::new(&deep).is_err());
+        let deep = format!("{{{{ {}1{} }}}}", "(".repeat(50_000), ")".repeat(50_000));
+        assert!(JinjaTemplate::new(&deep).is_err());
+        let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+        assert!(render(recursive, &[]).is_err());
+    }
+
+    #[test]
     fn syntax_errors_are_template_errors() {
         assert!(matches!(JinjaTemplate::new("{% if %}"), Err(Error::Template(_))));
     }

@@ -371,6 +371,7 @@ pub fn parse(src: &str) -> Result<Tree> {
         toks,
         pos: 0,
         defines: HashMap::new(),
+        depth: 0,
     };
     let (root, end) = p.list(false)?;
     if let Some(end) = end {
@@ -382,10 +383,15 @@ pub fn parse(src: &str) -> Result<Tree> {
     })
 }
 
+/// Deepest nesting of blocks and parentheses accepted: templates come from downloaded models,
+/// and the parser and executor recurse once per level.
+const MAX_DEPTH: usize = 200;
+
 struct Parser {
     toks: Vec<Lexed>,
     pos: usize,
     defines: HashMap<String, Vec<Node>>,
+    depth: usize,
 }
 
 /// How a list ended: `end`, `else`, … (with the line), or the end of input.
@@ -426,6 +432,16 @@ impl Parser {
 
     /// Parses nodes until `{{end}}`/`{{else}}` (returned, not consumed beyond the keyword) or EOF.
     fn list(&mut self, in_control: bool) -> Result<(Vec<Node>, ListEnd)> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(parse_err(self.line(), "template nests too deeply"));
+        }
+        let r = self.list_inner(in_control);
+        self.depth -= 1;
+        r
+    }
+
+    fn list_inner(&mut self, in_control: bool) -> Result<(Vec<Node>, ListEnd)> {
         let mut nodes = Vec::new();
         while let Some(tok) = self.next() {
             match tok {
@@ -680,6 +696,10 @@ impl Parser {
                 _ => Arg::Ident(id),
             },
             Tok::LParen => {
+                self.depth += 1;
+                if self.depth > MAX_DEPTH {
+                    return Err(parse_err(line, "template nests too deeply"));
+                }
                 let mut pipe = Pipe::default();
                 loop {
                     pipe.cmds.push(self.command(true)?);
@@ -690,6 +710,7 @@ impl Parser {
                         _ => return Err(parse_err(line, "unclosed left paren")),
                     }
                 }
+                self.depth -= 1;
                 Arg::Pipe(Box::new(pipe), Vec::new())
             }
             other => return Err(parse_err(line, &format!("unexpected {other:?} in operand"))),
@@ -799,6 +820,21 @@ mod tests {
         assert!(e.contains("unexpected EOF"), "{e}");
         assert!(parse("{{ end }}").is_err());
         assert!(parse("{{ }}").is_err());
+    }
+
+    #[test]
+    fn hostile_nesting_is_an_error_not_a_crash() {
+        let deep_if = "{{ if 1 }}".repeat(100_000);
+        assert!(parse(&deep_if)
+            .unwrap_err()
+            .to_string()
+            .contains("nests too deeply"));
+        let deep_paren = format!("{{{{ {}1{} }}}}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(parse(&deep_paren)
+            .unwrap_err()
+            .to_string()
+            .contains("nests too deeply"));
+        assert!(parse(&"{{ (1) }}".repeat(1000)).is_ok());
     }
 
     #[test]
