@@ -62,6 +62,7 @@ impl AtomicFile {
         self.file.as_mut().expect("file present until commit")
     }
 
+    #[cfg(test)]
     pub fn temp_path(&self) -> &Path {
         &self.temp
     }
