@@ -230,7 +230,7 @@ pub async fn create_from_modelfile(
     base_dir: &Path,
     quantize: Option<&str>,
     opts: CreateOptions<'_>,
-    progress: &ProgressFn,
+    progress: &ProgressFn<'_>,
 ) -> Result<()> {
     for w in &mf.warnings {
         progress(Progress::Warning(w.to_string()));
@@ -264,7 +264,7 @@ pub async fn create(
     name: &Name,
     req: CreateRequest,
     opts: CreateOptions<'_>,
-    progress: &ProgressFn,
+    progress: &ProgressFn<'_>,
 ) -> Result<()> {
     for key in req.files.keys().chain(req.adapters.keys()) {
         if !valid_file_name(key) {

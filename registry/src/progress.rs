@@ -8,7 +8,7 @@ use crate::digest::Digest;
 
 /// A progress callback. Called from the task doing the work; it should not block (send to a
 /// channel). Transfer events come at most every 60 ms per blob, plus a final one.
-pub type ProgressFn = dyn Fn(Progress) + Send + Sync;
+pub type ProgressFn<'a> = dyn Fn(Progress) + Send + Sync + 'a;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
@@ -114,7 +114,7 @@ impl Progress {
 
 /// Runs blocking work (file hashing, GGUF writing, quantization) on tokio's blocking pool,
 /// forwarding its progress events to `progress` as they come.
-pub(crate) async fn run_blocking<T, F>(progress: &ProgressFn, work: F) -> crate::Result<T>
+pub(crate) async fn run_blocking<T, F>(progress: &ProgressFn<'_>, work: F) -> crate::Result<T>
 where
     T: Send + 'static,
     F: FnOnce(&dyn Fn(Progress)) -> crate::Result<T> + Send + 'static,

@@ -62,7 +62,7 @@ impl Client {
         store: &Store,
         name: &Name,
         opts: &PullOptions,
-        progress: &ProgressFn,
+        progress: &ProgressFn<'_>,
     ) -> Result<()> {
         let repo = Repo::new(name, opts.insecure)?;
         progress(Progress::PullingManifest);

@@ -52,7 +52,7 @@ impl Client {
         store: &Store,
         name: &Name,
         opts: &PushOptions,
-        progress: &ProgressFn,
+        progress: &ProgressFn<'_>,
     ) -> Result<()> {
         progress(Progress::RetrievingManifest);
         let repo = Repo::new(name, opts.insecure)?;
@@ -100,7 +100,7 @@ impl Client {
         name: &Name,
         layer: &Layer,
         opts: &PushOptions,
-        progress: &ProgressFn,
+        progress: &ProgressFn<'_>,
     ) -> Result<()> {
         let digest = layer.digest;
         let size = store.blob_size(&digest).ok_or(Error::BlobNotFound(digest))?;

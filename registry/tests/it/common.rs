@@ -1,0 +1,512 @@
+//! Test harness: a real registry (Debian's `docker-registry`, distribution 2.8) on loopback, with
+//! or without token auth (a tiny token server signs JWTs with a throwaway RSA key via `openssl`),
+//! TCP proxies that count and throttle, tiny GGUF files, and the small real models.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use engine::gguf::{GgufWriter, Value};
+use engine::quant::GgmlType;
+use registry::{Progress, Store};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `docker-registry` binary; the test suite installs it (scripts/test.sh), so a missing one
+/// is a failure, not a skip.
+fn registry_binary() -> PathBuf {
+    for p in ["/usr/bin/docker-registry", "/usr/local/bin/docker-registry"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("docker-registry is not installed: run `apt-get install -y docker-registry` (scripts/test.sh does)");
+}
+
+/// A running distribution registry on 127.0.0.1, killed on drop.
+pub struct RegistryServer {
+    child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    _token: Option<TokenServer>,
+}
+
+impl RegistryServer {
+    pub fn start() -> RegistryServer {
+        Self::start_with(false)
+    }
+
+    /// With `token_auth`, every request needs a bearer token from a token server started here.
+    pub fn start_with(token_auth: bool) -> RegistryServer {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let token = token_auth.then(|| TokenServer::start(dir.path()));
+        let auth = match &token {
+            Some(t) => format!(
+                "auth:\n  token:\n    realm: http://127.0.0.1:{}/token\n    service: test-registry\n    issuer: test-issuer\n    rootcertbundle: {}\n",
+                t.port,
+                t.cert.display()
+            ),
+            None => String::new(),
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
+            dir.path().join("data").display()
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new(registry_binary())
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting docker-registry");
+        let server = RegistryServer {
+            child,
+            port,
+            dir,
+            _token: token,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
+        panic!("docker-registry did not start on port {}:\n{log}", self.port);
+    }
+
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RegistryServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A token server for distribution's token auth: issues RS256 JWTs (x5c chain = a self-signed
+/// certificate the registry trusts) granting what each scope asks for.
+pub struct TokenServer {
+    pub port: u16,
+    cert: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub issued: Arc<AtomicU64>,
+}
+
+impl TokenServer {
+    fn start(dir: &Path) -> TokenServer {
+        let key = dir.join("token.key");
+        let cert = dir.join("token.crt");
+        let ok = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=token"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is needed for the token-auth tests")
+            .success();
+        assert!(ok, "openssl could not make a key");
+        let der = Command::new("openssl")
+            .args(["x509", "-outform", "DER", "-in"])
+            .arg(&cert)
+            .output()
+            .unwrap()
+            .stdout;
+        let x5c = b64(&der, false);
+        let port = free_port();
+        let issued = Arc::new(AtomicU64::new(0));
+        let issued2 = issued.clone();
+        let app = axum::Router::new().route(
+            "/token",
+            axum::routing::get(
+                move |q: axum::extract::RawQuery| {
+                    let key = key.clone();
+                    let x5c = x5c.clone();
+                    let issued = issued2.clone();
+                    async move {
+                        issued.fetch_add(1, Ordering::Relaxed);
+                        let token = tokio::task::spawn_blocking(move || {
+                            sign_token(&key, &x5c, q.0.as_deref().unwrap_or(""))
+                        })
+                        .await
+                        .unwrap();
+                        axum::Json(serde_json::json!({ "token": token }))
+                    }
+                },
+            ),
+        );
+        // The server runs on its own thread and runtime, so it serves whatever runtime (if any)
+        // the test uses.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+                ready_tx.send(()).unwrap();
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        ready_rx.recv().unwrap();
+        TokenServer {
+            port,
+            cert,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            issued,
+        }
+    }
+}
+
+impl Drop for TokenServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn sign_token(key: &Path, x5c: &str, query: &str) -> String {
+    let mut access = Vec::new();
+    for (k, v) in url_pairs(query) {
+        if k != "scope" {
+            continue;
+        }
+        // repository:<name>:<actions>
+        let mut parts = v.splitn(3, ':');
+        let (Some(ty), Some(name), Some(actions)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        access.push(serde_json::json!({
+            "type": ty, "name": name, "actions": actions.split(',').collect::<Vec<_>>()
+        }));
+    }
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "x5c": [x5c]});
+    let claims = serde_json::json!({
+        "iss": "test-issuer", "sub": "anonymous", "aud": "test-registry",
+        "exp": now + 3600, "nbf": now - 60, "iat": now,
+        "jti": format!("{now}-{}", rand_u64()), "access": access,
+    });
+    let signing_input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes(), true),
+        b64(claims.to_string().as_bytes(), true)
+    );
+    let mut child = Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign"])
+        .arg(key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(signing_input.as_bytes())
+        .unwrap();
+    let sig = child.wait_with_output().unwrap().stdout;
+    format!("{signing_input}.{}", b64(&sig, true))
+}
+
+fn url_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (unescape(k), unescape(v)))
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn b64(data: &[u8], url: bool) -> String {
+    let table: &[u8; 64] = if url {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..=c.len() {
+            out.push(table[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+        if !url {
+            for _ in c.len()..3 {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so blobs do not compress or repeat.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A small valid GGUF (llama architecture, F16 file type), `n` tensors of 64x`rows` f32.
+pub fn tiny_gguf(path: &Path, rows: u64, extra: &[(&str, Value)]) {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.set("general.name", Value::String("tiny".into()));
+    w.set("general.file_type", Value::U32(1));
+    w.set("llama.block_count", Value::U32(1));
+    w.set("llama.context_length", Value::U32(128));
+    for (k, v) in extra {
+        w.set(*k, v.clone());
+    }
+    for i in 0..3 {
+        w.add_tensor(format!("blk.0.t{i}.weight"), GgmlType::F32, &[64, rows])
+            .unwrap();
+    }
+    w.write_file(path, |i, spec| {
+        let n = spec.size().unwrap() as usize;
+        Ok(std::borrow::Cow::Owned(random_bytes(n, i as u64 + 7)))
+    })
+    .unwrap();
+}
+
+/// Writes a split GGUF set (`prefix-0000k-of-0000n.gguf`) with the given tensors spread over
+/// `parts` files, and returns the paths.
+pub fn split_gguf(dir: &Path, prefix: &str, parts: u64) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    let tensors_per_part = 2u64;
+    for p in 0..parts {
+        let mut w = GgufWriter::new();
+        if p == 0 {
+            w.set("general.architecture", Value::String("llama".into()));
+            w.set("general.file_type", Value::U32(0));
+            w.set("llama.block_count", Value::U32(1));
+        }
+        w.set("split.no", Value::U16(p as u16));
+        w.set("split.count", Value::U16(parts as u16));
+        w.set("split.tensors.count", Value::I32((parts * tensors_per_part) as i32));
+        for t in 0..tensors_per_part {
+            w.add_tensor(format!("blk.{p}.t{t}.weight"), GgmlType::F32, &[32, 8])
+                .unwrap();
+        }
+        let path = engine::gguf::split_path(&dir.join(prefix), p, parts);
+        w.write_file(&path, |i, spec| {
+            Ok(std::borrow::Cow::Owned(random_bytes(
+                spec.size().unwrap() as usize,
+                p * 10 + i as u64,
+            )))
+        })
+        .unwrap();
+        paths.push(path);
+    }
+    paths
+}
+
+/// The Gemma 3 270M GGUF: `$OLLAMARS_TEST_GEMMA`, else fetched with scripts/fetch-model.sh.
+pub fn gemma() -> PathBuf {
+    if let Some(p) = std::env::var_os("OLLAMARS_TEST_GEMMA") {
+        return PathBuf::from(p);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-model.sh");
+    let out = Command::new(script)
+        .arg("gemma3-270m")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running scripts/fetch-model.sh");
+    assert!(out.status.success(), "fetch-model.sh failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A fresh store in a temp dir.
+pub fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("models")).unwrap();
+    (dir, store)
+}
+
+/// Collects progress events.
+#[derive(Clone, Default)]
+pub struct Events(pub Arc<Mutex<Vec<Progress>>>);
+
+impl Events {
+    pub fn push(&self, p: Progress) {
+        self.0.lock().unwrap().push(p);
+    }
+    pub fn statuses(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in self.0.lock().unwrap().iter() {
+            let s = p.status();
+            if out.last() != Some(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+    pub fn all(&self) -> Vec<Progress> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A TCP proxy to `target`: counts bytes sent to the client, optionally limited to
+/// `rate` bytes per second per connection.
+pub struct Proxy {
+    pub port: u16,
+    pub to_client: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(target: SocketAddr, rate: Option<u64>) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let to_client = Arc::new(AtomicU64::new(0));
+        let counter = to_client.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { return };
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(target).await else { return };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                        let _ = sw.shutdown().await;
+                    });
+                    let mut buf = vec![0u8; 16 << 10];
+                    let start = Instant::now();
+                    let mut sent = 0u64;
+                    loop {
+                        let n = match sr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        counter.fetch_add(n as u64, Ordering::Relaxed);
+                        sent += n as u64;
+                        if let Some(rate) = rate {
+                            let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+                            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                                tokio::time::sleep(wait).await;
+                            }
+                        }
+                    }
+                    let _ = cw.shutdown().await;
+                    up.abort();
+                });
+            }
+        });
+        Proxy {
+            port,
+            to_client,
+            task,
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.to_client.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every file under `dir`, relative, sorted.
+pub fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().display().to_string());
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
