@@ -10,6 +10,18 @@ OLLAMARS_TEST_GEMMA="$(scripts/fetch-model.sh gemma3-270m)"
 OLLAMARS_TEST_QWEN="$(scripts/fetch-model.sh qwen25-coder-0.5b)"
 export OLLAMARS_TEST_GEMMA OLLAMARS_TEST_QWEN
 
+# The registry tests run a real OCI registry (Debian's docker-registry, distribution 2.8) on
+# loopback, and sign test tokens with openssl.
+if ! command -v docker-registry >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  echo "installing docker-registry and openssl..." >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry openssl >/dev/null; }
+  install || { $sudo apt-get update -qq >/dev/null && install; }
+fi
+
+# Registry tests talk to servers on loopback: never through a proxy from the environment.
+export NO_PROXY="${NO_PROXY:+$NO_PROXY,}127.0.0.1,localhost" no_proxy="${no_proxy:+$no_proxy,}127.0.0.1,localhost"
+
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release --all-targets

@@ -91,12 +91,7 @@ impl CreateRequest {
             ..CreateRequest::default()
         };
         for c in &mf.commands {
-            let at = |msg: String| {
-                Error::Modelfile(crate::modelfile::ParseError {
-                    line: c.line,
-                    msg,
-                })
-            };
+            let at = |msg: String| Error::Modelfile(crate::modelfile::ParseError { line: c.line, msg });
             match &c.instruction {
                 Instruction::From(v) => match local_files(v, base_dir).map_err(at)? {
                     Some(files) => {
@@ -127,9 +122,7 @@ impl CreateRequest {
                 Instruction::Requires(v) => req.requires = Some(v.clone()),
                 Instruction::Renderer(v) => req.renderer = Some(v.clone()),
                 Instruction::Parser(v) => req.parser = Some(v.clone()),
-                Instruction::Draft(_) => {
-                    return Err(at("DRAFT models are not supported by ollamars".into()))
-                }
+                Instruction::Draft(_) => return Err(at("DRAFT models are not supported by ollamars".into())),
                 Instruction::Parameter { .. } => {} // collected above
             }
         }
@@ -138,16 +131,13 @@ impl CreateRequest {
 }
 
 /// Resolves a `FROM`/`ADAPTER` value to local files: `None` if it is not an existing path.
-fn local_files(
-    value: &str,
-    base_dir: &Path,
-) -> std::result::Result<Option<Vec<(String, PathBuf)>>, String> {
+fn local_files(value: &str, base_dir: &Path) -> std::result::Result<Option<Vec<(String, PathBuf)>>, String> {
     let path = expand_path(value, base_dir);
     let meta = match std::fs::metadata(&path) {
         Ok(m) => m,
         Err(_) => {
-            let looks_like_path = value.starts_with(['.', '/', '~', '\\'])
-                || value.to_ascii_lowercase().ends_with(".gguf");
+            let looks_like_path =
+                value.starts_with(['.', '/', '~', '\\']) || value.to_ascii_lowercase().ends_with(".gguf");
             return if looks_like_path {
                 Err(format!("{value}: no such file or directory"))
             } else {
@@ -238,9 +228,7 @@ pub async fn create_from_modelfile(
     let pin = Arc::new(store.pin()?);
     let (mf2, base, st, pin2) = (mf.clone(), base_dir.to_path_buf(), store.clone(), pin.clone());
     let mut req = run_blocking(progress, move |_| {
-        CreateRequest::from_modelfile(&mf2, &base, |p| {
-            st.import_file(p, Some(&pin2)).map(|w| w.digest)
-        })
+        CreateRequest::from_modelfile(&mf2, &base, |p| st.import_file(p, Some(&pin2)).map(|w| w.digest))
     })
     .await?;
     if let Some(q) = quantize {
@@ -418,7 +406,10 @@ pub async fn create(
     }
     if !req.messages.is_empty() {
         layers.retain(|l| l.media_type != media::MESSAGES);
-        layers.push(text_layer(media::MESSAGES, &crate::gojson::to_vec(&req.messages))?);
+        layers.push(text_layer(
+            media::MESSAGES,
+            &crate::gojson::to_vec(&req.messages),
+        )?);
     }
     let config_blob = store.write_blob_bytes(&config.to_bytes(), Some(&pin))?;
     let config_layer = Layer::new(media::DOCKER_CONFIG, config_blob.digest, config_blob.size);
@@ -462,7 +453,9 @@ fn gguf_layers(
 ) -> Result<Vec<Layer>> {
     pin.add_all(files.values())?;
     let mut singles = Vec::new();
-    let mut splits: BTreeMap<(String, u64), Vec<(u64, String, GgufLayer)>> = BTreeMap::new();
+    // Split parts by (prefix, count): (part index, file name, layer).
+    type Parts = Vec<(u64, String, GgufLayer)>;
+    let mut splits: BTreeMap<(String, u64), Parts> = BTreeMap::new();
     for (file_name, digest) in files {
         let path = store.blob_path(digest);
         let size = store.blob_size(digest).ok_or(Error::BlobNotFound(*digest))?;
@@ -489,10 +482,11 @@ fn gguf_layers(
                     no.map_or("?".to_string(), |n| (n + 1).to_string())
                 )));
             }
-            splits
-                .entry((prefix, count))
-                .or_default()
-                .push((index, file_name.clone(), GgufLayer { layer, file }));
+            splits.entry((prefix, count)).or_default().push((
+                index,
+                file_name.clone(),
+                GgufLayer { layer, file },
+            ));
         } else {
             singles.push(GgufLayer { layer, file });
         }
@@ -629,13 +623,20 @@ mod tests {
     fn file_names() {
         assert!(valid_file_name("model.gguf"));
         assert!(valid_file_name("sub/model.gguf"));
-        for bad in ["", "/etc/passwd", "../x", "a/../b", "./a", "a//b", "a/", "a\\b", "a\0"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "./a",
+            "a//b",
+            "a/",
+            "a\\b",
+            "a\0",
+        ] {
             assert!(!valid_file_name(bad), "{bad:?}");
         }
-        assert_eq!(
-            split_file_name("m-00002-of-00003.gguf"),
-            Some(("m".into(), 1, 3))
-        );
+        assert_eq!(split_file_name("m-00002-of-00003.gguf"), Some(("m".into(), 1, 3)));
         assert_eq!(split_file_name("m-00004-of-00003.gguf"), None);
         assert_eq!(split_file_name("m.gguf"), None);
     }

@@ -46,9 +46,7 @@ impl Digest {
     /// The digest a blob file is named for (`sha256-<hex>`), or `None` for any other name
     /// (partial downloads, temporary files, foreign files).
     pub fn from_file_name(name: &str) -> Option<Digest> {
-        name.strip_prefix(FILE_PREFIX)
-            .and_then(decode_hex)
-            .map(Digest)
+        name.strip_prefix(FILE_PREFIX).and_then(decode_hex).map(Digest)
     }
 
     /// The SHA-256 of `bytes`.

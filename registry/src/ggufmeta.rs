@@ -1,7 +1,7 @@
 //! What the registry reads from GGUF files: the kind of a file (model, adapter, projector), the
 //! config details (family, parameter count, file type), and the metadata as JSON for `show`.
 
-use engine::gguf::{GgufFile, Metadata, Value as GgufValue};
+use engine::gguf::{Array, GgufFile, Metadata, Value as GgufValue};
 use engine::quant::FileType;
 use serde_json::{Map, Number, Value};
 
@@ -20,10 +20,7 @@ pub fn media_type(meta: &Metadata) -> &'static str {
 }
 
 fn arch(meta: &Metadata) -> &str {
-    meta.get_str("general.architecture")
-        .ok()
-        .flatten()
-        .unwrap_or("")
+    meta.get_str("general.architecture").ok().flatten().unwrap_or("")
 }
 
 /// A key under the architecture's prefix (`<arch>.block_count`), as Ollama's `KV` looks them up.
@@ -60,10 +57,7 @@ pub fn parameter_count<'a>(
     meta: &Metadata,
     tensors: impl IntoIterator<Item = &'a engine::gguf::TensorInfo>,
 ) -> u64 {
-    match meta
-        .get("general.parameter_count")
-        .and_then(GgufValue::as_u64)
-    {
+    match meta.get("general.parameter_count").and_then(GgufValue::as_u64) {
         Some(n) if n > 0 => n,
         _ => tensors.into_iter().map(|t| t.n_elements()).sum(),
     }
@@ -120,10 +114,7 @@ pub fn fill_config(config: &mut ModelConfig, file: &GgufFile) {
     if config.file_type.is_empty() {
         config.file_type = file_type_name(meta);
     }
-    config
-        .model_families
-        .get_or_insert_with(Vec::new)
-        .push(arch);
+    config.model_families.get_or_insert_with(Vec::new).push(arch);
 }
 
 /// One metadata value as JSON. Floats are written with the digits of their own precision (an
@@ -139,23 +130,59 @@ pub fn value_json(v: &GgufValue, max_array: Option<usize>) -> Value {
         GgufValue::I32(x) => Value::from(*x),
         GgufValue::U64(x) => Value::from(*x),
         GgufValue::I64(x) => Value::from(*x),
-        GgufValue::F32(x) => x
-            .to_string()
-            .parse::<f64>()
-            .ok()
-            .and_then(Number::from_f64)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+        GgufValue::F32(x) => f32_json(*x),
         GgufValue::F64(x) => Number::from_f64(*x).map(Value::Number).unwrap_or(Value::Null),
         GgufValue::Bool(b) => Value::Bool(*b),
         GgufValue::String(s) => Value::String(s.clone()),
-        GgufValue::Array(_, items) => {
-            if max_array.is_some_and(|max| items.len() > max) {
+        GgufValue::Array(a) => {
+            if max_array.is_some_and(|max| a.len() > max) {
                 Value::Array(Vec::new())
             } else {
-                Value::Array(items.iter().map(|i| value_json(i, max_array)).collect())
+                Value::Array(array_json(a, max_array))
             }
         }
+    }
+}
+
+fn f32_json(x: f32) -> Value {
+    // The shortest decimal that reads back as this f32, not the f64 nearest to it.
+    x.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(Number::from_f64)
+        .map(Value::Number)
+        .unwrap_or(Value::Null)
+}
+
+fn array_json(a: &Array, max_array: Option<usize>) -> Vec<Value> {
+    fn all<T: Copy>(v: &[T], f: impl Fn(T) -> Value) -> Vec<Value> {
+        v.iter().map(|&x| f(x)).collect()
+    }
+    match a {
+        Array::U8(v) => all(v, Value::from),
+        Array::I8(v) => all(v, Value::from),
+        Array::U16(v) => all(v, Value::from),
+        Array::I16(v) => all(v, Value::from),
+        Array::U32(v) => all(v, Value::from),
+        Array::I32(v) => all(v, Value::from),
+        Array::U64(v) => all(v, Value::from),
+        Array::I64(v) => all(v, Value::from),
+        Array::F32(v) => all(v, f32_json),
+        Array::F64(v) => all(v, |x| {
+            Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null)
+        }),
+        Array::Bool(v) => all(v, Value::Bool),
+        Array::String(v) => v.iter().map(|s| Value::String(s.clone())).collect(),
+        Array::Array(v) => v
+            .iter()
+            .map(|inner| {
+                if max_array.is_some_and(|max| inner.len() > max) {
+                    Value::Array(Vec::new())
+                } else {
+                    Value::Array(array_json(inner, max_array))
+                }
+            })
+            .collect(),
     }
 }
 
@@ -194,10 +221,7 @@ mod tests {
 
     #[test]
     fn metadata_to_json() {
-        let arr = GgufValue::Array(
-            engine::gguf::ValueType::U32,
-            (0..6).map(GgufValue::U32).collect(),
-        );
+        let arr = GgufValue::Array(Array::U32((0..6).collect()));
         assert_eq!(value_json(&arr, Some(5)), serde_json::json!([]));
         assert_eq!(value_json(&arr, None).as_array().unwrap().len(), 6);
         assert_eq!(

@@ -13,11 +13,7 @@ use serde_json::ser::{CompactFormatter, Formatter, Serializer};
 struct GoFormatter(CompactFormatter);
 
 impl Formatter for GoFormatter {
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
+    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, w: &mut W, fragment: &str) -> io::Result<()> {
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
             let esc = match c {
@@ -28,11 +24,11 @@ impl Formatter for GoFormatter {
                 '\u{2029}' => "\\u2029",
                 _ => continue,
             };
-            w.write_all(fragment[start..i].as_bytes())?;
+            w.write_all(&fragment.as_bytes()[start..i])?;
             w.write_all(esc.as_bytes())?;
             start = i + c.len_utf8();
         }
-        w.write_all(fragment[start..].as_bytes())
+        w.write_all(&fragment.as_bytes()[start..])
     }
 }
 
@@ -41,8 +37,7 @@ pub fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     let mut out = Vec::new();
     let mut ser = Serializer::with_formatter(&mut out, GoFormatter(CompactFormatter));
     // Serializing our own types into memory cannot fail (no maps with non-string keys, no I/O).
-    v.serialize(&mut ser)
-        .expect("serializing to memory cannot fail");
+    v.serialize(&mut ser).expect("serializing to memory cannot fail");
     out.push(b'\n');
     out
 }
@@ -53,7 +48,7 @@ mod tests {
 
     #[test]
     fn escapes_like_go() {
-        let v = serde_json::json!({"stop": ["<|eot_id|>", "a&b", "\u{2028}"], "a": 1, "t": "x\"\n"});
+        let v = serde_json::json!({"a": 1, "stop": ["<|eot_id|>", "a&b", "\u{2028}"], "t": "x\"\n"});
         assert_eq!(
             String::from_utf8(to_vec(&v)).unwrap(),
             "{\"a\":1,\"stop\":[\"\\u003c|eot_id|\\u003e\",\"a\\u0026b\",\"\\u2028\"],\"t\":\"x\\\"\\n\"}\n"

@@ -15,8 +15,7 @@ use crate::error::{Error, Result};
 pub mod media {
     pub const DOCKER_MANIFEST_V2: &str = "application/vnd.docker.distribution.manifest.v2+json";
     pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-    pub const DOCKER_MANIFEST_LIST: &str =
-        "application/vnd.docker.distribution.manifest.list.v2+json";
+    pub const DOCKER_MANIFEST_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
     pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
     /// The config blob's media type in Ollama's manifests.
     pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
@@ -131,8 +130,7 @@ impl Manifest {
                 probe.schema_version
             )));
         }
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| Error::manifest(e.to_string()))?;
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| Error::manifest(e.to_string()))?;
         if m.layers.len() > MAX_LAYERS {
             return Err(Error::manifest(format!(
                 "{} layers (at most {MAX_LAYERS})",
@@ -177,9 +175,7 @@ impl Manifest {
     }
 
     pub fn layers_of<'a>(&'a self, media_type: &'a str) -> impl Iterator<Item = &'a Layer> {
-        self.layers
-            .iter()
-            .filter(move |l| l.media_type == media_type)
+        self.layers.iter().filter(move |l| l.media_type == media_type)
     }
 
     /// The content type a registry should be told when the manifest is pushed.
@@ -282,14 +278,23 @@ mod tests {
     fn rejects_hostile_manifests() {
         let good = d(b"x").to_string();
         let cases = [
-            format!(r#"{{"schemaVersion":2,"config":{{"digest":"sha256:../../etc/passwd","size":1}},"layers":[]}}"#),
-            format!(r#"{{"schemaVersion":2,"config":{{"digest":"{good}","size":1}},"layers":[{{"digest":"../../x","size":1}}]}}"#),
+            r#"{"schemaVersion":2,"config":{"digest":"sha256:../../etc/passwd","size":1},"layers":[]}"#
+                .to_string(),
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"digest":"{good}","size":1}},"layers":[{{"digest":"../../x","size":1}}]}}"#
+            ),
             format!(r#"{{"schemaVersion":2,"config":{{"digest":"{good}","size":-1}},"layers":[]}}"#),
-            format!(r#"{{"schemaVersion":2,"config":{{"digest":"{good}","size":1125899906842625}},"layers":[]}}"#),
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"digest":"{good}","size":1125899906842625}},"layers":[]}}"#
+            ),
             format!(r#"{{"schemaVersion":1,"config":{{"digest":"{good}","size":1}}}}"#),
-            r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#.to_string(),
+            r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#
+                .to_string(),
             "not json".to_string(),
-            format!(r#"{{"schemaVersion":2,"config":{{"digest":"{}","size":1}}}}"#, good.to_uppercase()),
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"digest":"{}","size":1}}}}"#,
+                good.to_uppercase()
+            ),
         ];
         for c in &cases {
             assert!(Manifest::parse(c.as_bytes()).is_err(), "{c} parsed");

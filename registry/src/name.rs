@@ -102,15 +102,10 @@ fn check_part(part: Part, s: &str) -> std::result::Result<(), String> {
         return Err(format!("the {what} is empty"));
     }
     if b.len() > part.max_len() {
-        return Err(format!(
-            "the {what} is longer than {} characters",
-            part.max_len()
-        ));
+        return Err(format!("the {what} is longer than {} characters", part.max_len()));
     }
     if !(b[0].is_ascii_alphanumeric() || b[0] == b'_') {
-        return Err(format!(
-            "the {what} must start with a letter, a digit or '_'"
-        ));
+        return Err(format!("the {what} must start with a letter, a digit or '_'"));
     }
     if let Some(&c) = b.iter().find(|&&c| !part.allows(c)) {
         let shown = if c.is_ascii_graphic() {
@@ -263,10 +258,7 @@ impl Name {
     /// (`llama3.2:latest`, `hf.co/bartowski/X-GGUF:Q4_K_M`, `me/mine:v1`).
     pub fn display_shortest(&self) -> String {
         if !self.host.eq_ignore_ascii_case(DEFAULT_HOST) {
-            format!(
-                "{}/{}/{}:{}",
-                self.host, self.namespace, self.model, self.tag
-            )
+            format!("{}/{}/{}:{}", self.host, self.namespace, self.model, self.tag)
         } else if !self.namespace.eq_ignore_ascii_case(DEFAULT_NAMESPACE) {
             format!("{}/{}:{}", self.namespace, self.model, self.tag)
         } else {
@@ -286,11 +278,7 @@ impl Name {
 impl fmt::Display for Name {
     /// The fully qualified form `host/namespace/model:tag` (no scheme).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}:{}",
-            self.host, self.namespace, self.model, self.tag
-        )
+        write!(f, "{}/{}/{}:{}", self.host, self.namespace, self.model, self.tag)
     }
 }
 
@@ -328,7 +316,10 @@ mod tests {
     fn defaults_and_forms() {
         let h = Scheme::Https;
         let t = |a: &str, b: &str, c: &str, d: &str| (h, a.into(), b.into(), c.into(), d.into());
-        assert_eq!(parts("llama3.2"), t(DEFAULT_HOST, "library", "llama3.2", "latest"));
+        assert_eq!(
+            parts("llama3.2"),
+            t(DEFAULT_HOST, "library", "llama3.2", "latest")
+        );
         assert_eq!(parts("llama3.2:1b"), t(DEFAULT_HOST, "library", "llama3.2", "1b"));
         assert_eq!(parts("me/mine:v1.0"), t(DEFAULT_HOST, "me", "mine", "v1.0"));
         assert_eq!(

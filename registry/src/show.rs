@@ -176,9 +176,8 @@ impl Model {
                     m.parameters = Parameters::from_layer(&obj);
                 }
                 media::MESSAGES => {
-                    m.messages = serde_json::from_str(&text(&l.digest)?).map_err(|e| {
-                        Error::manifest(format!("messages layer {}: {e}", l.digest))
-                    })?;
+                    m.messages = serde_json::from_str(&text(&l.digest)?)
+                        .map_err(|e| Error::manifest(format!("messages layer {}: {e}", l.digest)))?;
                 }
                 _ => {} // embed (deprecated), tensors, unknown: not ours to interpret
             }
@@ -263,11 +262,7 @@ impl Model {
         }
         if let Some(f) = gguf {
             let meta = &f.header().metadata;
-            let arch = meta
-                .get_str("general.architecture")
-                .ok()
-                .flatten()
-                .unwrap_or("");
+            let arch = meta.get_str("general.architecture").ok().flatten().unwrap_or("");
             let has = |k: &str| meta.get(&format!("{arch}.{k}")).is_some();
             if let Some(t) = meta.get_str("tokenizer.chat_template").ok().flatten() {
                 if t.contains("tools") || t.contains("tool_call") {
@@ -323,8 +318,7 @@ fn template_fields(t: &str) -> Vec<String> {
         let after = &rest[open + 2..];
         let Some(close) = after.find("}}") else { break };
         let action = &after[..close];
-        let mut chars = action.char_indices().peekable();
-        while let Some((i, c)) = chars.next() {
+        for (i, c) in action.char_indices() {
             if c == '.' {
                 let name: String = action[i + 1..]
                     .chars()

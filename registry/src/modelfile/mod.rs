@@ -43,12 +43,18 @@ pub struct Command {
 pub enum Instruction {
     /// A model name, or a path to a GGUF file or a directory of them.
     From(String),
-    Parameter { name: String, value: String },
+    Parameter {
+        name: String,
+        value: String,
+    },
     Template(String),
     System(String),
     Adapter(String),
     License(String),
-    Message { role: Role, content: String },
+    Message {
+        role: Role,
+        content: String,
+    },
     /// Minimum Ollama version the model needs (semver).
     Requires(String),
     /// A draft model for speculative decoding (Ollama's newer `DRAFT`).
@@ -103,8 +109,7 @@ impl fmt::Display for ParseError {
 const INSTRUCTIONS: &str =
     "FROM, PARAMETER, TEMPLATE, SYSTEM, ADAPTER, LICENSE, MESSAGE, REQUIRES, DRAFT, RENDERER, PARSER";
 
-const PARAMETER_USAGE: &str =
-    "PARAMETER needs a name and a value, e.g. PARAMETER temperature 0.7";
+const PARAMETER_USAGE: &str = "PARAMETER needs a name and a value, e.g. PARAMETER temperature 0.7";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -215,8 +220,7 @@ impl Modelfile {
                     }
                 })
                 .collect();
-            String::from_utf16(&units)
-                .map_err(|_| err(0, "the Modelfile is not valid UTF-16"))
+            String::from_utf16(&units).map_err(|_| err(0, "the Modelfile is not valid UTF-16"))
         };
         let text = match bytes {
             [0xFF, 0xFE, ..] => utf16(false)?,
@@ -224,10 +228,7 @@ impl Modelfile {
             _ => match std::str::from_utf8(bytes) {
                 Ok(s) => s.to_string(),
                 Err(e) => {
-                    let line = 1 + bytes[..e.valid_up_to()]
-                        .iter()
-                        .filter(|&&b| b == b'\n')
-                        .count();
+                    let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
                     return Err(err(line, "the Modelfile is not valid UTF-8"));
                 }
             },
@@ -338,7 +339,9 @@ impl Modelfile {
                             if !is_semver(&value) {
                                 return Err(err(
                                     line,
-                                    format!("REQUIRES {value:?} must be a valid semver version (e.g. 0.14.0)"),
+                                    format!(
+                                        "REQUIRES {value:?} must be a valid semver version (e.g. 0.14.0)"
+                                    ),
                                 ));
                             }
                             Instruction::Requires(value.trim_start_matches('v').to_string())
@@ -375,8 +378,7 @@ impl Modelfile {
         let mut p = Parameters::new();
         for c in &self.commands {
             if let Instruction::Parameter { name, value } = &c.instruction {
-                p.set_text(name, value)
-                    .map_err(|e| err(c.line, e.to_string()))?;
+                p.set_text(name, value).map_err(|e| err(c.line, e.to_string()))?;
             }
         }
         Ok(p)
@@ -430,14 +432,12 @@ fn is_semver(s: &str) -> bool {
         None => (core, None),
     };
     let nums: Vec<&str> = core.split('.').collect();
-    let num_ok = |n: &str| {
-        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'))
-    };
+    let num_ok =
+        |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
     let ident_ok = |s: &str| {
         !s.is_empty()
-            && s.split('.').all(|p| {
-                !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            })
+            && s.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
     };
     nums.len() <= 3
         && nums.iter().all(|n| num_ok(n))
@@ -501,10 +501,7 @@ impl fmt::Display for Modelfile {
 
 impl Command {
     pub fn new(instruction: Instruction) -> Command {
-        Command {
-            line: 0,
-            instruction,
-        }
+        Command { line: 0, instruction }
     }
 }
 

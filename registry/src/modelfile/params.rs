@@ -108,11 +108,7 @@ impl std::fmt::Display for ParamError {
             ParamError::Unknown(n) => write!(
                 f,
                 "unknown parameter '{n}' (known parameters: {})",
-                PARAMETERS
-                    .iter()
-                    .map(|p| p.0)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                PARAMETERS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
             ),
             ParamError::Deprecated(n) => write!(f, "parameter {n} is deprecated"),
             ParamError::BadValue {
@@ -277,9 +273,7 @@ impl ParamValue {
             ParamValue::Int(i) => Value::from(*i),
             ParamValue::Float(f) => float32_json(*f),
             ParamValue::Bool(b) => Value::Bool(*b),
-            ParamValue::List(items) => {
-                Value::Array(items.iter().map(|s| Value::String(s.clone())).collect())
-            }
+            ParamValue::List(items) => Value::Array(items.iter().map(|s| Value::String(s.clone())).collect()),
             ParamValue::Other(v) => v.clone(),
         }
     }
@@ -396,7 +390,11 @@ pub fn go_format_float(v: f64) -> String {
         return if v > 0.0 { "+Inf".into() } else { "-Inf".into() };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let e = format!("{v:e}"); // shortest round-trip digits, e.g. "-1.5e-5"
     let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));

@@ -109,7 +109,10 @@ fn values_quotes_whitespace_and_newlines() {
         sys("one\ntwo")
     );
     // Comments only where an instruction could start.
-    assert_eq!(instructions("FROM x # not a comment")[0], Instruction::From("x # not a comment".into()));
+    assert_eq!(
+        instructions("FROM x # not a comment")[0],
+        Instruction::From("x # not a comment".into())
+    );
     assert_eq!(instructions("  # indented comment\nFROM x").len(), 1);
     // CRLF, lone CR, BOM, tabs, no trailing newline.
     let mf = parse("\u{feff}FROM x\r\nSYSTEM a\rLICENSE\tb");
@@ -121,7 +124,10 @@ fn values_quotes_whitespace_and_newlines() {
         instructions("FROM x\nSYSTEM a\u{1}b\u{200d}c é")[1],
         sys("ab\u{200d}c é")
     );
-    assert_eq!(instructions("FROM x\nSYSTEM \"\"\"\nhi\n\"\"\"")[1], sys("\nhi\n"));
+    assert_eq!(
+        instructions("FROM x\nSYSTEM \"\"\"\nhi\n\"\"\"")[1],
+        sys("\nhi\n")
+    );
 }
 
 #[test]
@@ -129,7 +135,10 @@ fn utf16_and_bad_encodings() {
     let text = "FROM x\nSYSTEM hé";
     let mut le = vec![0xFF, 0xFE];
     le.extend(text.encode_utf16().flat_map(|u| u.to_le_bytes()));
-    assert_eq!(Modelfile::parse_bytes(&le).unwrap().commands[1].instruction, sys("hé"));
+    assert_eq!(
+        Modelfile::parse_bytes(&le).unwrap().commands[1].instruction,
+        sys("hé")
+    );
     let mut be = vec![0xFE, 0xFF];
     be.extend(text.encode_utf16().flat_map(|u| u.to_be_bytes()));
     assert_eq!(Modelfile::parse_bytes(&be).unwrap().commands.len(), 2);
@@ -147,10 +156,18 @@ fn errors_name_the_line() {
         ("FROM x\nSYSTEM", 2, "SYSTEM needs an argument"),
         ("FROM\n", 1, "FROM needs an argument"),
         ("FROM x\nPARAMETER", 2, "PARAMETER needs a name and a value"),
-        ("FROM x\nPARAMETER temperature", 2, "PARAMETER temperature needs a value"),
+        (
+            "FROM x\nPARAMETER temperature",
+            2,
+            "PARAMETER temperature needs a value",
+        ),
         ("FROM x\nPARAMETER top-k 4", 2, "invalid parameter name \"top-k\""),
         ("FROM x\nPARAMETER topk 4", 2, "unknown parameter 'topk'"),
-        ("FROM x\nPARAMETER temperature hot", 2, "invalid value \"hot\" for parameter 'temperature': expected a number"),
+        (
+            "FROM x\nPARAMETER temperature hot",
+            2,
+            "invalid value \"hot\" for parameter 'temperature': expected a number",
+        ),
         ("FROM x\nPARAMETER num_ctx 4k", 2, "expected an integer"),
         ("FROM x\nPARAMETER use_mmap maybe", 2, "expected true or false"),
         ("FROM x\nMESSAGE tool hi", 2, "message role must be one of"),
@@ -184,10 +201,19 @@ fn deprecated_parameters_warn() {
 
 #[test]
 fn semver_like_go() {
-    for ok in ["0.14.0", "v1", "v1.2", "1.2.3-rc.1", "1.2.3+build.5", "1.2.3-rc.1+b"] {
+    for ok in [
+        "0.14.0",
+        "v1",
+        "v1.2",
+        "1.2.3-rc.1",
+        "1.2.3+build.5",
+        "1.2.3-rc.1+b",
+    ] {
         assert!(is_semver(ok), "{ok}");
     }
-    for bad in ["", "v", "1.2.3.4", "01.2.3", "1.2-rc1", "1.2.3-", "1.2.3-01", "x1.0.0", "1..2"] {
+    for bad in [
+        "", "v", "1.2.3.4", "01.2.3", "1.2-rc1", "1.2.3-", "1.2.3-01", "x1.0.0", "1..2",
+    ] {
         assert!(!is_semver(bad), "{bad}");
     }
 }

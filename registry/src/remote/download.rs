@@ -78,11 +78,7 @@ impl Client {
         }
         let key = (store.root().to_path_buf(), src.digest);
         let shared = {
-            let mut map = self
-                .inner
-                .downloads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut map = self.inner.downloads.lock().unwrap_or_else(|e| e.into_inner());
             let running = map
                 .get(&key)
                 .and_then(std::sync::Weak::upgrade)
@@ -90,15 +86,18 @@ impl Client {
             match running {
                 Some(s) => s,
                 None => {
+                    // A resumed download starts its progress where it stopped.
+                    let already =
+                        PartialState::load(&store.partial_state_path(&src.digest), &src.digest, src.size)
+                            .map_or(0, |s| s.completed());
                     let (tx, rx) = watch::channel(DlState {
-                        completed: 0,
+                        completed: already,
                         total: src.size,
                         done: None,
                     });
-                    let (client, store, src, opts) =
-                        (self.clone(), store.clone(), src.clone(), opts.clone());
+                    let (client, store, src, opts) = (self.clone(), store.clone(), src.clone(), opts.clone());
                     let task = tokio::spawn(async move {
-                        let counter = Arc::new(AtomicU64::new(0));
+                        let counter = Arc::new(AtomicU64::new(already));
                         let work = download(&client, &store, &src, &opts, counter.clone());
                         tokio::pin!(work);
                         let mut tick = tokio::time::interval(Duration::from_millis(60));
@@ -201,10 +200,7 @@ fn same_file(_file: &File, path: &std::path::Path) -> bool {
 }
 
 fn relative(store: &Store, p: &std::path::Path) -> String {
-    p.strip_prefix(store.root())
-        .unwrap_or(p)
-        .display()
-        .to_string()
+    p.strip_prefix(store.root()).unwrap_or(p).display().to_string()
 }
 
 /// Downloads one blob into the store. `counter` tracks bytes on disk (including bytes of a
@@ -326,8 +322,7 @@ async fn download(
     file.sync_all()
         .map_err(|e| Error::io("syncing a downloaded blob", e))?;
     let dest = store.blob_path(&src.digest);
-    std::fs::rename(&data_path, &dest)
-        .map_err(|e| Error::io(format!("storing blob {}", src.digest), e))?;
+    std::fs::rename(&data_path, &dest).map_err(|e| Error::io(format!("storing blob {}", src.digest), e))?;
     let _ = fsutil::sync_dir(store.blobs_dir());
     let _ = std::fs::remove_file(&state_path);
     drop(file);
@@ -628,13 +623,21 @@ impl Fetcher<'_> {
             let range = format!("bytes={}-{}", *pos, end - 1);
             headers.insert(
                 RANGE,
-                HeaderValue::from_str(&range).map_err(|e| Attempt::Fatal(Error::io("range", io::Error::other(e))))?,
+                HeaderValue::from_str(&range)
+                    .map_err(|e| Attempt::Fatal(Error::io("range", io::Error::other(e))))?,
             );
         }
         let on_registry = origin(&direct.url) == origin(&self.src.repo.base);
         let resp = if on_registry {
             self.client
-                .send(&self.src.repo, Method::GET, direct.url.clone(), headers, None, false)
+                .send(
+                    &self.src.repo,
+                    Method::GET,
+                    direct.url.clone(),
+                    headers,
+                    None,
+                    false,
+                )
                 .await
         } else {
             // A CDN or storage URL: no token, plain request.
@@ -653,7 +656,11 @@ impl Fetcher<'_> {
             Err(e) => return Err(Attempt::Retry(e)),
         };
         let status = resp.status();
-        let expected = if whole { StatusCode::OK } else { StatusCode::PARTIAL_CONTENT };
+        let expected = if whole {
+            StatusCode::OK
+        } else {
+            StatusCode::PARTIAL_CONTENT
+        };
         if status != expected {
             let e = Error::Registry {
                 status: status.as_u16(),
@@ -693,7 +700,11 @@ impl Fetcher<'_> {
                 Ok(Ok(Some(d))) => d,
             };
             let want = (end - *pos) as usize;
-            let data = if data.len() > want { data.slice(..want) } else { data };
+            let data = if data.len() > want {
+                data.slice(..want)
+            } else {
+                data
+            };
             let len = data.len() as u64;
             if len > 0 {
                 tx.send(WriteMsg {

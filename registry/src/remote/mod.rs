@@ -74,11 +74,9 @@ impl Repo {
             return Err(Error::InsecureProtocol);
         }
         let scheme = if insecure { "http" } else { "https" };
-        let base = Url::parse(&format!("{scheme}://{}/", name.host())).map_err(|e| {
-            Error::InvalidName {
-                name: name.to_string(),
-                reason: format!("the host is not a valid URL host: {e}"),
-            }
+        let base = Url::parse(&format!("{scheme}://{}/", name.host())).map_err(|e| Error::InvalidName {
+            name: name.to_string(),
+            reason: format!("the host is not a valid URL host: {e}"),
         })?;
         Ok(Repo {
             base,
@@ -233,8 +231,8 @@ impl Client {
         let realm = c
             .param("realm")
             .ok_or_else(|| Error::Unauthorized("bearer challenge without a realm".into()))?;
-        let mut url = Url::parse(realm)
-            .map_err(|e| Error::Unauthorized(format!("bad token realm {realm:?}: {e}")))?;
+        let mut url =
+            Url::parse(realm).map_err(|e| Error::Unauthorized(format!("bad token realm {realm:?}: {e}")))?;
         if url.scheme() != "https" && !(url.scheme() == "http" && repo.insecure) {
             return Err(Error::Unauthorized(format!(
                 "token realm {realm:?} is not https (use --insecure for plain http registries)"

@@ -71,7 +71,10 @@ impl Client {
         let blobs: Vec<(Digest, u64)> = digests
             .iter()
             .map(|d| {
-                let size = manifest.all_blobs().find(|l| l.digest == *d).map_or(0, |l| l.size);
+                let size = manifest
+                    .all_blobs()
+                    .find(|l| l.digest == *d)
+                    .map_or(0, |l| l.size);
                 (*d, size)
             })
             .collect();
@@ -85,8 +88,8 @@ impl Client {
             if store.has_blob(d) {
                 continue;
             }
-            let done = PartialState::load(&store.partial_state_path(d), d, *size)
-                .map_or(0, |s| s.completed());
+            let done =
+                PartialState::load(&store.partial_state_path(d), d, *size).map_or(0, |s| s.completed());
             need += size - done;
         }
         store.check_space(need)?;
@@ -138,9 +141,7 @@ impl Client {
             ),
         );
         let url = repo.url(&format!("manifests/{}", name.tag()));
-        let resp = self
-            .send(repo, Method::GET, url, headers, None, true)
-            .await?;
+        let resp = self.send(repo, Method::GET, url, headers, None, true).await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(Error::RemoteNotFound(name.display_shortest()));
         }
@@ -157,8 +158,7 @@ impl Client {
             .unwrap_or("")
             .to_string();
         let bytes = read_limited(resp, MAX_MANIFEST_BYTES).await?;
-        if content_type.starts_with(media::DOCKER_MANIFEST_LIST)
-            || content_type.starts_with(media::OCI_INDEX)
+        if content_type.starts_with(media::DOCKER_MANIFEST_LIST) || content_type.starts_with(media::OCI_INDEX)
         {
             return Err(Error::manifest(format!(
                 "{} is a multi-platform index ({content_type}), not a model",

@@ -158,8 +158,7 @@ impl Client {
                     attempt += 1;
                     tracing::info!(digest = %digest.short(), attempt, error = %e, "upload failed; retrying");
                     let factor = 1u32 << (attempt - 1).min(16);
-                    tokio::time::sleep((opts.retry_delay * factor).min(Duration::from_secs(60)))
-                        .await;
+                    tokio::time::sleep((opts.retry_delay * factor).min(Duration::from_secs(60))).await;
                 }
                 Err(e) => return Err(e),
             }
@@ -281,8 +280,7 @@ impl Client {
             }));
             reqwest::Body::wrap_stream(stream)
         };
-        self.send(repo, method, url, headers, Some(&make), false)
-            .await
+        self.send(repo, method, url, headers, Some(&make), false).await
     }
 }
 

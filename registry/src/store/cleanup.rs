@@ -112,9 +112,7 @@ impl Store {
                     continue;
                 }
                 let resumable = PartialState::load(&state_path, &d, meta.len()).is_some();
-                let state_age = fs::metadata(&state_path)
-                    .map(|m| fsutil::age(&m))
-                    .unwrap_or(age);
+                let state_age = fs::metadata(&state_path).map(|m| fsutil::age(&m)).unwrap_or(age);
                 let expired = if resumable {
                     opts.resumable_max_age.is_some_and(|max| state_age >= max)
                 } else {

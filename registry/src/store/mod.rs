@@ -138,11 +138,7 @@ impl Store {
     pub fn default_root() -> Result<PathBuf> {
         directories::ProjectDirs::from("", "", "ollamars")
             .map(|d| d.data_dir().join("models"))
-            .ok_or_else(|| {
-                Error::request(format!(
-                    "no home directory to put models in; set {MODELS_ENV}"
-                ))
-            })
+            .ok_or_else(|| Error::request(format!("no home directory to put models in; set {MODELS_ENV}")))
     }
 
     pub fn root(&self) -> &Path {
@@ -160,12 +156,14 @@ impl Store {
         self.blobs.join(digest.file_name())
     }
 
-    pub(crate) fn partial_path(&self, digest: &Digest) -> PathBuf {
+    /// The data file of a download of `digest` in progress (or resumable).
+    pub fn partial_path(&self, digest: &Digest) -> PathBuf {
         self.blobs
             .join(format!("{}{}", digest.file_name(), partial::DATA_SUFFIX))
     }
 
-    pub(crate) fn partial_state_path(&self, digest: &Digest) -> PathBuf {
+    /// The state file of a download of `digest` (see [`partial::PartialState`]).
+    pub fn partial_state_path(&self, digest: &Digest) -> PathBuf {
         self.blobs
             .join(format!("{}{}", digest.file_name(), partial::STATE_SUFFIX))
     }
@@ -300,8 +298,7 @@ impl Store {
     }
 
     pub(crate) fn temp_blob(&self) -> Result<AtomicFile> {
-        AtomicFile::new_in(&self.blobs)
-            .map_err(|e| Error::io("creating a temporary file in blobs/", e))
+        AtomicFile::new_in(&self.blobs).map_err(|e| Error::io("creating a temporary file in blobs/", e))
     }
 
     /// Gives a fully written temporary blob its final name (or drops it if the store already has
@@ -449,9 +446,7 @@ impl Store {
             .read_to_end(&mut bytes)
             .map_err(|e| Error::io(what(), e))?;
         let manifest = Manifest::parse(&bytes).map_err(|e| match e {
-            Error::InvalidManifest(m) => {
-                Error::manifest(format!("{}: {m}", name.display_shortest()))
-            }
+            Error::InvalidManifest(m) => Error::manifest(format!("{}: {m}", name.display_shortest())),
             e => e,
         })?;
         Ok(StoredManifest {
@@ -511,7 +506,7 @@ impl Store {
                 parent_model,
             });
         }
-        out.sort_by(|a, b| b.modified.cmp(&a.modified));
+        out.sort_by_key(|e| std::cmp::Reverse(e.modified));
         Ok(out)
     }
 
@@ -588,9 +583,8 @@ impl Store {
             Err(_) => Vec::new(),
         };
         let path = self.manifest_path_exact(&resolved);
-        fs::remove_file(&path).map_err(|e| {
-            Error::io(format!("deleting {}", resolved.display_shortest()), e)
-        })?;
+        fs::remove_file(&path)
+            .map_err(|e| Error::io(format!("deleting {}", resolved.display_shortest()), e))?;
         let _ = fsutil::sync_dir(path.parent().unwrap_or(&self.manifests));
         self.prune_empty_dirs(&path);
         self.remove_unused_locked(&digests)

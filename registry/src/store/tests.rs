@@ -44,10 +44,7 @@ fn blobs_are_content_addressed_and_verified() {
     let w = store.write_blob_bytes(b"hello", None).unwrap();
     assert_eq!(w.digest, Digest::of_bytes(b"hello"));
     assert!(w.created);
-    assert_eq!(
-        fs::read(store.blob_path(&w.digest)).unwrap(),
-        b"hello".to_vec()
-    );
+    assert_eq!(fs::read(store.blob_path(&w.digest)).unwrap(), b"hello".to_vec());
     assert!(!store.write_blob_bytes(b"hello", None).unwrap().created);
 
     let want = Digest::of_bytes(b"expected");
@@ -112,7 +109,9 @@ fn manifests_resolve_ignoring_case_and_list() {
     add_model(&store, "me/second:1", &[b"w2"]);
     // Junk in manifests/ is ignored.
     fs::write(
-        store.root().join("manifests/registry.ollama.ai/library/Llama3/.tmp-x"),
+        store
+            .root()
+            .join("manifests/registry.ollama.ai/library/Llama3/.tmp-x"),
         b"junk",
     )
     .unwrap();
@@ -142,10 +141,7 @@ fn copy_shares_blobs_and_delete_keeps_shared_ones() {
     let (_d, store) = store();
     let m = add_model(&store, "a", &[b"shared", b"only-a"]);
     store.copy(&n("a"), &n("b:copy")).unwrap();
-    assert_eq!(
-        store.read_manifest(&n("b:copy")).unwrap().bytes,
-        m.to_bytes()
-    );
+    assert_eq!(store.read_manifest(&n("b:copy")).unwrap().bytes, m.to_bytes());
     let m2 = add_model(&store, "c", &[b"shared"]);
     // Deleting the copy removes nothing: `a` still uses everything.
     assert!(store.delete(&n("b:copy")).unwrap().is_empty());
@@ -261,7 +257,5 @@ fn configured_root_trims_like_ollama() {
     std::env::set_var(MODELS_ENV, " \"/srv/models\" ");
     assert_eq!(Store::configured_root().unwrap(), PathBuf::from("/srv/models"));
     std::env::remove_var(MODELS_ENV);
-    assert!(Store::configured_root()
-        .unwrap()
-        .ends_with("ollamars/models"));
+    assert!(Store::configured_root().unwrap().ends_with("ollamars/models"));
 }

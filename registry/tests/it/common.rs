@@ -31,7 +31,9 @@ fn registry_binary() -> PathBuf {
             return PathBuf::from(p);
         }
     }
-    panic!("docker-registry is not installed: run `apt-get install -y docker-registry` (scripts/test.sh does)");
+    panic!(
+        "docker-registry is not installed: run `apt-get install -y docker-registry` (scripts/test.sh does)"
+    );
 }
 
 /// A running distribution registry on 127.0.0.1, killed on drop.
@@ -96,6 +98,13 @@ impl RegistryServer {
         panic!("docker-registry did not start on port {}:\n{log}", self.port);
     }
 
+    /// Tokens the token server has issued (0 without token auth).
+    pub fn tokens_issued(&self) -> u64 {
+        self._token
+            .as_ref()
+            .map_or(0, |t| t.issued.load(Ordering::Relaxed))
+    }
+
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -123,7 +132,17 @@ impl TokenServer {
         let key = dir.join("token.key");
         let cert = dir.join("token.crt");
         let ok = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=token"])
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=token",
+            ])
             .arg("-keyout")
             .arg(&key)
             .arg("-out")
@@ -145,22 +164,20 @@ impl TokenServer {
         let issued2 = issued.clone();
         let app = axum::Router::new().route(
             "/token",
-            axum::routing::get(
-                move |q: axum::extract::RawQuery| {
-                    let key = key.clone();
-                    let x5c = x5c.clone();
-                    let issued = issued2.clone();
-                    async move {
-                        issued.fetch_add(1, Ordering::Relaxed);
-                        let token = tokio::task::spawn_blocking(move || {
-                            sign_token(&key, &x5c, q.0.as_deref().unwrap_or(""))
-                        })
-                        .await
-                        .unwrap();
-                        axum::Json(serde_json::json!({ "token": token }))
-                    }
-                },
-            ),
+            axum::routing::get(move |q: axum::extract::RawQuery| {
+                let key = key.clone();
+                let x5c = x5c.clone();
+                let issued = issued2.clone();
+                async move {
+                    issued.fetch_add(1, Ordering::Relaxed);
+                    let token = tokio::task::spawn_blocking(move || {
+                        sign_token(&key, &x5c, q.0.as_deref().unwrap_or(""))
+                    })
+                    .await
+                    .unwrap();
+                    axum::Json(serde_json::json!({ "token": token }))
+                }
+            }),
         );
         // The server runs on its own thread and runtime, so it serves whatever runtime (if any)
         // the test uses.
@@ -340,7 +357,7 @@ pub fn tiny_gguf(path: &Path, rows: u64, extra: &[(&str, Value)]) {
             .unwrap();
     }
     w.write_file(path, |i, spec| {
-        let n = spec.size().unwrap() as usize;
+        let n = spec.size as usize;
         Ok(std::borrow::Cow::Owned(random_bytes(n, i as u64 + 7)))
     })
     .unwrap();
@@ -360,7 +377,10 @@ pub fn split_gguf(dir: &Path, prefix: &str, parts: u64) -> Vec<PathBuf> {
         }
         w.set("split.no", Value::U16(p as u16));
         w.set("split.count", Value::U16(parts as u16));
-        w.set("split.tensors.count", Value::I32((parts * tensors_per_part) as i32));
+        w.set(
+            "split.tensors.count",
+            Value::I32((parts * tensors_per_part) as i32),
+        );
         for t in 0..tensors_per_part {
             w.add_tensor(format!("blk.{p}.t{t}.weight"), GgmlType::F32, &[32, 8])
                 .unwrap();
@@ -368,7 +388,7 @@ pub fn split_gguf(dir: &Path, prefix: &str, parts: u64) -> Vec<PathBuf> {
         let path = engine::gguf::split_path(&dir.join(prefix), p, parts);
         w.write_file(&path, |i, spec| {
             Ok(std::borrow::Cow::Owned(random_bytes(
-                spec.size().unwrap() as usize,
+                spec.size as usize,
                 p * 10 + i as u64,
             )))
         })
@@ -401,7 +421,7 @@ pub fn store() -> (tempfile::TempDir, Store) {
 }
 
 /// Collects progress events.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Events(pub Arc<Mutex<Vec<Progress>>>);
 
 impl Events {
@@ -439,10 +459,14 @@ impl Proxy {
         let counter = to_client.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { return };
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
                 let counter = counter.clone();
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(target).await else { return };
+                    let Ok(server) = TcpStream::connect(target).await else {
+                        return;
+                    };
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
                     let up = tokio::spawn(async move {

@@ -1,4 +1,10 @@
 //! Integration tests of the registry crate against real servers (see `common`).
 
+mod child;
 mod common;
+mod create_show;
+mod disk_full;
+mod hostile;
+mod proxy;
+mod resume;
 mod roundtrip;

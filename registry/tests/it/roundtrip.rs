@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use registry::{
-    create_from_modelfile, Capability, Client, CreateOptions, Digest, Modelfile, Name, Progress,
-    PullOptions, PushOptions,
+    create_from_modelfile, Capability, Client, CreateOptions, Digest, Modelfile, Name, Progress, PullOptions,
+    PushOptions,
 };
 
 use crate::common::{self, Events, RegistryServer};
@@ -32,7 +32,11 @@ async fn round_trip(token_auth: bool) {
     .await
     .unwrap();
     let statuses = created.statuses();
-    assert_eq!(statuses.last().map(String::as_str), Some("success"), "{statuses:?}");
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("success"),
+        "{statuses:?}"
+    );
     assert!(statuses.contains(&"writing manifest".to_string()));
     let before = store.read_manifest(&name).unwrap();
 
@@ -55,7 +59,10 @@ async fn round_trip(token_auth: bool) {
         "{statuses:?}"
     );
     for d in before.manifest.digests() {
-        assert!(statuses.contains(&format!("pushing {}", d.short())), "{statuses:?}");
+        assert!(
+            statuses.contains(&format!("pushing {}", d.short())),
+            "{statuses:?}"
+        );
     }
 
     // Delete locally: every blob goes (nothing else uses them).
@@ -92,8 +99,7 @@ async fn round_trip(token_auth: bool) {
     let last = pulled
         .all()
         .into_iter()
-        .filter(|p| p.digest() == Some(&model_layer.digest))
-        .last()
+        .rfind(|p| p.digest() == Some(&model_layer.digest))
         .unwrap();
     assert_eq!(last.total(), Some(model_layer.size));
     assert_eq!(last.completed(), Some(model_layer.size));
@@ -101,7 +107,10 @@ async fn round_trip(token_auth: bool) {
     // The model works: the weights are the original GGUF, and show reads it.
     let info = registry::show(&store, &name, false).unwrap();
     let (orig, _) = Digest::of_reader(std::fs::File::open(&gguf).unwrap()).unwrap();
-    assert_eq!(info.model.model_path.as_deref(), Some(store.blob_path(&orig).as_path()));
+    assert_eq!(
+        info.model.model_path.as_deref(),
+        Some(store.blob_path(&orig).as_path())
+    );
     assert_eq!(info.details.family, "gemma3");
     assert!(info.capabilities.contains(&Capability::Completion));
     assert_eq!(info.model.system.as_deref(), Some("You are terse."));
@@ -109,20 +118,32 @@ async fn round_trip(token_auth: bool) {
 
     // Pushing again finds every blob there; pulling again downloads nothing.
     let again = Events::default();
-    client.push(&store, &name, &push, &|p| again.push(p)).await.unwrap();
+    client
+        .push(&store, &name, &push, &|p| again.push(p))
+        .await
+        .unwrap();
     let again = Events::default();
-    client.pull(&store, &name, &pull, &|p| again.push(p)).await.unwrap();
+    client
+        .pull(&store, &name, &pull, &|p| again.push(p))
+        .await
+        .unwrap();
     for p in again.all() {
         if let Progress::Pulling { total, completed, .. } = p {
             assert_eq!(total, completed);
         }
     }
     assert_no_temporaries(store.root());
+    if token_auth {
+        assert!(reg.tokens_issued() > 0);
+    }
 }
 
 fn assert_no_temporaries(root: &Path) {
     for f in common::tree(root) {
-        assert!(!f.contains(".tmp-") && !f.contains("-partial"), "left behind: {f}");
+        assert!(
+            !f.contains(".tmp-") && !f.contains("-partial"),
+            "left behind: {f}"
+        );
     }
 }
 
