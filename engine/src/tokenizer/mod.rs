@@ -12,6 +12,7 @@ mod bpe;
 mod detok;
 mod pre;
 mod spm;
+mod strtab;
 mod unicode;
 mod unicode_tables;
 mod vocab;

@@ -1,10 +1,9 @@
 //! The vocabulary: tokens, their kinds and scores, special ids, and tokenizing with them.
 
-use std::collections::HashMap;
-
 use aho_corasick::AhoCorasick;
 
 use super::pre::PreTokenizer;
+use super::strtab::StrTable;
 use super::{bpe, spm, wpm};
 use crate::gguf::Metadata;
 use crate::{Error, Result, TokenId};
@@ -158,12 +157,12 @@ const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// A tokenizer vocabulary and everything needed to tokenize and detokenize with it.
 pub struct Vocab {
     kind: VocabKind,
-    texts: Vec<Box<str>>,
+    /// Token texts by id, found by text.
+    texts: StrTable,
     scores: Vec<f32>,
     attrs: Vec<TokenAttr>,
-    token_to_id: HashMap<Box<str>, TokenId>,
-    /// BPE merges, keyed by `"left right"`, valued by rank (the index in the file).
-    merges: HashMap<Box<str>, u32>,
+    /// BPE merges as `"left right"`; a merge's index here is its rank (its index in the file).
+    merges: StrTable,
     pre: Option<PreTokenizer>,
     ids: SpecialIds,
     /// End-of-generation ids, sorted.
@@ -332,25 +331,25 @@ impl Vocab {
             t => t,
         };
 
-        let mut texts = Vec::with_capacity(n);
+        let mut texts = StrTable::with_capacity(n, tokens.iter().map(String::len).sum());
         let mut attrs = Vec::with_capacity(n);
-        let mut token_to_id = HashMap::with_capacity(n);
         let mut max_token_len = 0;
         for (i, text) in tokens.iter().enumerate() {
-            let text: Box<str> = if text.is_empty() {
+            let empty;
+            let text = if text.is_empty() {
                 warnings.push(format!("empty token at index {i}"));
-                format!("[EMPTY_{i}]").into()
+                empty = format!("[EMPTY_{i}]");
+                &empty
             } else {
-                text.as_str().into()
+                text
             };
-            if let Some(prev) = token_to_id.insert(text.clone(), i as TokenId) {
+            if let Err(prev) = texts.push(text) {
                 return Err(bad(
                     TOKENS,
                     format!("duplicate token '{text}' at ids {prev} and {i}"),
                 ));
             }
             max_token_len = max_token_len.max(text.len());
-            texts.push(text);
             let attr = match types.as_ref().map(|t| t[i]) {
                 None | Some(1) => TokenAttr::NORMAL,
                 Some(2) => TokenAttr::UNKNOWN,
@@ -363,21 +362,19 @@ impl Vocab {
             attrs.push(TokenAttr(attr));
         }
 
-        let merges = if kind == VocabKind::Bpe {
+        let mut merges = StrTable::default();
+        if kind == VocabKind::Bpe {
             const MERGES: &str = "tokenizer.ggml.merges";
             let list = md.require(MERGES, md.get_str_array(MERGES))?;
-            let mut merges = HashMap::with_capacity(list.len());
-            for (rank, m) in list.iter().enumerate() {
-                // Split at the first space after the first character, as llama.cpp does; the
-                // key keeps that one space so lookups can build it from two symbols.
-                if m.len() > 1 && m.as_bytes()[1..].contains(&b' ') {
-                    merges.entry(m.as_str().into()).or_insert(rank as u32);
-                }
+            merges = StrTable::with_capacity(list.len(), list.iter().map(String::len).sum());
+            for m in list {
+                // llama.cpp splits at the first space after the first byte; a merge without one
+                // can never match, and a repeated merge keeps its first rank. The stored text
+                // keeps that space, so a lookup builds "left right" from two symbols.
+                let usable = m.len() > 1 && m.as_bytes()[1..].contains(&b' ');
+                let _ = merges.push(if usable { m } else { "" });
             }
-            merges
-        } else {
-            HashMap::new()
-        };
+        }
 
         // Special ids from the file override the defaults; out-of-range ids are ignored.
         let n_tokens = n as u64;
@@ -461,7 +458,6 @@ impl Vocab {
             texts,
             scores,
             attrs,
-            token_to_id,
             merges,
             pre,
             ids,
@@ -492,14 +488,17 @@ impl Vocab {
     /// converters do not record them), and of unused control tokens.
     fn find_special_by_text(&mut self) {
         let control = TokenAttr::CONTROL;
-        // Ascending id order, so that where several texts qualify the choice is deterministic.
+        // Where several of the texts are in the vocabulary, the first in the list wins (llama.cpp
+        // takes whichever its hash map yields first; the list order gives its usual answer, e.g.
+        // `<|im_end|>` over `<|endoftext|>` for Qwen).
+        let vocab_texts = &self.texts;
         let detect = |slot: &mut Option<TokenId>, texts: &[&str], attrs: &mut [TokenAttr]| {
             if slot.is_some() {
                 return;
             }
-            if let Some(id) = (0..self.texts.len()).find(|&i| texts.contains(&&*self.texts[i])) {
-                *slot = Some(id as TokenId);
-                attrs[id].0 |= control;
+            if let Some(id) = texts.iter().find_map(|t| vocab_texts.find(t)) {
+                *slot = Some(id);
+                attrs[id as usize].0 |= control;
             }
         };
         let ids = &mut self.ids;
@@ -512,8 +511,8 @@ impl Vocab {
         detect(&mut ids.fim_rep, FIM_REP_TEXTS, &mut self.attrs);
         detect(&mut ids.fim_sep, FIM_SEP_TEXTS, &mut self.attrs);
 
-        for (text, attr) in self.texts.iter().zip(&mut self.attrs) {
-            if attr.has(control) && text.contains("unused") {
+        for (i, attr) in self.attrs.iter_mut().enumerate() {
+            if attr.has(control) && self.texts.get(i).contains("unused") {
                 attr.0 |= TokenAttr::UNUSED;
             }
         }
@@ -522,25 +521,22 @@ impl Vocab {
             .into_iter()
             .flatten()
             .collect();
-        for (i, text) in self.texts.iter().enumerate() {
-            if EOG_TEXTS.contains(&&**text) {
-                eog.push(i as TokenId);
-                self.attrs[i].0 |= control;
+        for text in EOG_TEXTS {
+            if let Some(id) = self.texts.find(text) {
+                eog.push(id);
+                self.attrs[id as usize].0 |= control;
             }
         }
         // gpt-oss renders these in its output format.
-        for (text, attr) in self.texts.iter().zip(&mut self.attrs) {
-            if matches!(
-                &**text,
-                "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
-            ) {
-                *attr = TokenAttr(TokenAttr::USER_DEFINED);
+        for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+            if let Some(id) = self.texts.find(text) {
+                self.attrs[id as usize] = TokenAttr(TokenAttr::USER_DEFINED);
             }
         }
         eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
         eog.sort_unstable();
         eog.dedup();
-        let text_of = |id: &TokenId| &*self.texts[*id as usize];
+        let text_of = |id: &TokenId| self.texts.get(*id as usize);
         // o200k_harmony and solar-open: `<|end|>` ends a message, not the generation.
         let has = |t: &str| eog.iter().any(|id| text_of(id) == t);
         if (has("<|return|>") && has("<|call|>") && has("<|end|>"))
@@ -568,9 +564,9 @@ impl Vocab {
         let mut specials: Vec<TokenId> = (0..self.texts.len() as TokenId)
             .filter(|&id| self.attrs[id as usize].has(special))
             .collect();
-        specials.sort_by_key(|&id| std::cmp::Reverse(self.texts[id as usize].len()));
+        specials.sort_by_key(|&id| std::cmp::Reverse(self.texts.get(id as usize).len()));
         if !specials.is_empty() {
-            let patterns = specials.iter().map(|&id| self.texts[id as usize].as_bytes());
+            let patterns = specials.iter().map(|&id| self.texts.get(id as usize).as_bytes());
             let matcher = AhoCorasick::new(patterns)
                 .map_err(|e| Error::InvalidArgument(format!("special token matcher: {e}")))?;
             self.special_matcher = Some(matcher);
@@ -642,12 +638,19 @@ impl Vocab {
     /// The bytes a token stands for, with special tokens rendered (llama.cpp's piece cache).
     fn render_piece(&self, id: usize, out: &mut Vec<u8>) {
         let attr = self.attrs[id];
-        let text = &*self.texts[id];
+        let text = self.texts.get(id);
         if attr.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL | TokenAttr::USER_DEFINED) {
             out.extend_from_slice(text.as_bytes());
         } else if attr.has(TokenAttr::NORMAL) {
             match self.kind {
-                VocabKind::Spm | VocabKind::Wpm => out.extend_from_slice(text.replace('▁', " ").as_bytes()),
+                VocabKind::Spm | VocabKind::Wpm => {
+                    for (i, part) in text.split('▁').enumerate() {
+                        if i > 0 {
+                            out.push(b' ');
+                        }
+                        out.extend_from_slice(part.as_bytes());
+                    }
+                }
                 VocabKind::Bpe => {
                     for c in text.chars() {
                         match super::unicode::char_to_byte(c) {
@@ -685,13 +688,13 @@ impl Vocab {
 
     /// The id of the token with exactly this text.
     pub fn token_id(&self, text: &str) -> Option<TokenId> {
-        self.token_to_id.get(text).copied()
+        self.texts.find(text)
     }
 
     /// A token's text as stored in the vocabulary (`▁` for SPM spaces, GPT-2 characters for
     /// BPE bytes); `None` for an id out of range.
     pub fn token_text(&self, id: TokenId) -> Option<&str> {
-        self.texts.get(id as usize).map(|t| &**t)
+        ((id as usize) < self.texts.len()).then(|| self.texts.get(id as usize))
     }
 
     pub fn score(&self, id: TokenId) -> f32 {
@@ -857,7 +860,7 @@ impl Vocab {
         key.push_str(left);
         key.push(' ');
         key.push_str(right);
-        self.merges.get(key.as_str()).copied()
+        self.merges.find(key)
     }
 
     /// The token for one raw byte in SPM byte fallback.
@@ -967,7 +970,7 @@ impl Vocab {
         let mut placed: Vec<(usize, usize, TokenId)> = Vec::new();
         for (p, start) in found {
             let id = self.special_tokens[p];
-            let end = start + self.texts[id as usize].len();
+            let end = start + self.texts.get(id as usize).len();
             if taken[start..end].iter().any(|&t| t) {
                 continue;
             }
