@@ -74,6 +74,11 @@ impl JinjaTemplate {
                 .map_err(|_| minijinja::Error::from(ErrorKind::WriteFailure))
         });
         env.add_filter("tojson", tojson);
+        env.add_filter("indent", indent);
+        // Python: None is not iterable (minijinja iterates it as empty); Undefined is.
+        env.add_test("iterable", |v: &Value| {
+            !v.is_none() && (v.is_undefined() || v.try_iter().is_ok())
+        });
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))
             .map_err(template_error)?;
@@ -276,6 +281,39 @@ fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja:
     Ok(Value::from_safe_string(pyjson::dumps(&value, &opts)))
 }
 
+/// jinja2's `indent(s, width=4, first=False, blank=False)`, including its handling of a trailing
+/// newline (kept) and of blank lines (not indented unless `blank`).
+fn indent(s: String, width: Option<Value>, kwargs: Kwargs) -> std::result::Result<String, minijinja::Error> {
+    let pad = match &width {
+        Some(w) if w.as_str().is_some() => w.as_str().unwrap_or_default().to_string(),
+        Some(w) => " ".repeat(w.as_usize().unwrap_or(4).min(256)),
+        None => "    ".to_string(),
+    };
+    let first = kwargs.get::<Option<bool>>("first")?.unwrap_or(false);
+    let blank = kwargs.get::<Option<bool>>("blank")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let text = format!("{s}\n");
+    // Python's splitlines on text that ends with a newline: no empty last element.
+    let lines: Vec<&str> = text.strip_suffix('\n').unwrap_or(&text).split('\n').collect();
+    let mut rv = if blank {
+        lines.join(&format!("\n{pad}"))
+    } else {
+        let mut rv = lines[0].to_string();
+        for line in &lines[1..] {
+            rv.push('\n');
+            if !line.is_empty() {
+                rv.push_str(&pad);
+            }
+            rv.push_str(line);
+        }
+        rv
+    };
+    if first {
+        rv.insert_str(0, &pad);
+    }
+    Ok(rv)
+}
+
 fn raise_exception(_state: &State, msg: String) -> std::result::Result<Value, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
 }
@@ -352,6 +390,12 @@ mod tests {
         assert_eq!(out, "{\"b\": [1, 2.0], \"a\": \"x\"}|{\n  \"b\": 1\n}");
         let out = render("{{ strftime_now('%d %b %Y') }} {{ date_string }}", &msgs).unwrap();
         assert_eq!(out, "01 Jan 1970 01 Jan 1970");
+    }
+
+    #[test]
+    fn indent_and_iterable_behave_like_jinja2() {
+        let out = render("{{ '{\\n' | indent(4, first=true) }}|{{ 'a\\n\\nb' | indent(2) }}|{{ none is iterable }}{{ [] is iterable }}{{ 'x' is iterable }}{{ nothing is iterable }}", &[]).unwrap();
+        assert_eq!(out, "    {\n|a\n\n  b|FalseTrueTrueTrue");
     }
 
     #[test]
