@@ -252,6 +252,20 @@ impl ChatFormat {
 }
 
 impl ChatFormat {
+    /// The `think` a request runs with, as Ollama decides it: unset means on for a model whose
+    /// template can think; asking a model that cannot think to think is an error (the daemon
+    /// answers 400 "does not support thinking"); `false` is passed on either way.
+    pub fn resolve_think(&self, requested: Option<Think>) -> Result<Option<Think>> {
+        let capable = self.capabilities().thinking;
+        match requested {
+            None if capable => Ok(Some(Think::On)),
+            Some(t) if t.enabled() && !capable => Err(Error::InvalidArgument(
+                "this model does not support thinking".into(),
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// The parser for the reply to `prompt` (what [`ChatFormat::render`] made for this request):
     /// thinking is split out when the request enables it (or the prompt itself opened the
     /// thinking tag, in which case a request that turned thinking off gets it dropped), and tool
@@ -334,6 +348,23 @@ mod tests {
         };
         assert_eq!(render(&m, None), "[user]hi");
         assert!(ChatFormat::select(&m, Some("{{ .Prompt ")).is_err());
+    }
+
+    #[test]
+    fn think_defaults_on_for_thinking_templates_only() {
+        let thinking = ModelTemplates {
+            chat_template: Some(
+                "{% for m in messages %}{{ m.content }}{% endfor %}<think>\n{# </think> #}".into(),
+            ),
+            ..ModelTemplates::default()
+        };
+        let f = ChatFormat::select(&thinking, None).unwrap();
+        assert_eq!(f.resolve_think(None).unwrap(), Some(Think::On));
+        assert_eq!(f.resolve_think(Some(Think::Off)).unwrap(), Some(Think::Off));
+        let plain = ChatFormat::select(&model(), None).unwrap();
+        assert_eq!(plain.resolve_think(None).unwrap(), None);
+        assert!(plain.resolve_think(Some(Think::Level("high".into()))).is_err());
+        assert_eq!(plain.resolve_think(Some(Think::Off)).unwrap(), Some(Think::Off));
     }
 
     #[test]
