@@ -185,3 +185,59 @@ fn clean_up_spaces_as_hugging_face() {
     let ids = v.tokenize("Hello , world . It ' s", false, false);
     assert_eq!(v.detokenize(&ids, false, false), "Hello, world. It's");
 }
+
+#[test]
+fn vocab_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Vocab>();
+}
+
+/// Arbitrary text, including pieces of special tokens and invalid-looking byte sequences, never
+/// panics, and arbitrary ids detokenize without panicking.
+#[test]
+fn any_text_and_any_ids_are_handled() {
+    let alphabet: Vec<char> = "a Z9'’\n\t\r  é\u{301}中😀<|>/s_▁\u{0}\u{FEFF}\u{2028}"
+        .chars()
+        .collect();
+    let mut seed = 0x9E3779B97F4A7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for name in [
+        "llama-spm",
+        "phi-3",
+        "llama-bpe",
+        "qwen2",
+        "gpt-2",
+        "deepseek-llm",
+        "falcon",
+        "bert-bge",
+    ] {
+        let v = vocab(name);
+        for _ in 0..300 {
+            let len = (next() % 40) as usize;
+            let mut text: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            if next() % 3 == 0 {
+                let id = (next() % v.n_tokens() as u64) as u32;
+                text.push_str(v.token_text(id).unwrap());
+            }
+            for (add, parse) in [(false, false), (true, true)] {
+                let ids = v.tokenize(&text, add, parse);
+                assert!(ids.iter().all(|&id| (id as usize) < v.n_tokens()));
+                let _ = v.detokenize(&ids, true, parse);
+            }
+        }
+        let junk: Vec<u32> = (0..64).map(|_| next() as u32).collect();
+        let mut stream = Detokenizer::new(&v, true);
+        for &id in &junk {
+            let _ = stream.push(id);
+        }
+        let _ = stream.finish();
+        let _ = v.detokenize(&junk, true, true);
+    }
+}

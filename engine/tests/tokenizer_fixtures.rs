@@ -88,3 +88,48 @@ fn every_fixture_string_tokenizes_as_llama_cpp() {
         failures.join("\n")
     );
 }
+
+/// A vocabulary whose metadata is inconsistent is an error naming the key, never a panic.
+#[test]
+fn bad_tokenizer_metadata_is_a_clear_error() {
+    use engine::gguf::{Array, Metadata, Value};
+    let strings = |v: &[&str]| Value::Array(Array::String(v.iter().map(|s| s.to_string()).collect()));
+    let base = || {
+        let mut md = Metadata::new();
+        md.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+        md.set("tokenizer.ggml.pre", Value::String("gpt-2".into()));
+        md.set("tokenizer.ggml.tokens", strings(&["a", "b", "ab"]));
+        md.set("tokenizer.ggml.merges", strings(&["a b"]));
+        md
+    };
+    let v = Vocab::from_metadata(&base()).unwrap();
+    assert_eq!(v.tokenize("ab", false, false), [2]);
+
+    let err = |md: &Metadata| Vocab::from_metadata(md).unwrap_err().to_string();
+    let mut md = base();
+    md.set("tokenizer.ggml.tokens", strings(&["a", "b", "a"]));
+    assert!(err(&md).contains("duplicate token"), "{}", err(&md));
+    let mut md = base();
+    md.remove("tokenizer.ggml.merges");
+    assert!(err(&md).contains("tokenizer.ggml.merges"));
+    let mut md = base();
+    md.set("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.0])));
+    assert!(err(&md).contains("tokenizer.ggml.scores"));
+    let mut md = base();
+    md.set("tokenizer.ggml.model", Value::String("t5".into()));
+    assert!(err(&md).contains("not supported"));
+    let mut md = base();
+    md.set("tokenizer.ggml.pre", Value::String("kimi-k2".into()));
+    assert!(err(&md).contains("kimi-k2"));
+    let mut md = base();
+    md.set("tokenizer.ggml.add_bos_token", Value::Bool(true));
+    md.set("tokenizer.ggml.bos_token_id", Value::U32(99));
+    // BPE's default BOS (11) is out of range here, and so is the file's: no BOS to add.
+    assert!(err(&md).contains("add_bos_token"), "{}", err(&md));
+    // An unknown pre-tokenizer falls back to the default one, with a warning.
+    let mut md = base();
+    md.set("tokenizer.ggml.pre", Value::String("something-new".into()));
+    let v = Vocab::from_metadata(&md).unwrap();
+    assert_eq!(v.pre_tokenizer_kind(), Some("default"));
+    assert!(v.warnings()[0].contains("something-new"));
+}

@@ -564,6 +564,8 @@ impl Vocab {
         let mut specials: Vec<TokenId> = (0..self.texts.len() as TokenId)
             .filter(|&id| self.attrs[id as usize].has(special))
             .collect();
+        // Longest first; equal lengths by id (llama.cpp's sort leaves their order unspecified,
+        // which matters only for two overlapping special texts of the same length).
         specials.sort_by_key(|&id| std::cmp::Reverse(self.texts.get(id as usize).len()));
         if !specials.is_empty() {
             let patterns = specials.iter().map(|&id| self.texts.get(id as usize).as_bytes());
@@ -863,7 +865,8 @@ impl Vocab {
         self.merges.find(key)
     }
 
-    /// The token for one raw byte in SPM byte fallback.
+    /// The token for one raw byte in SPM byte fallback; the unknown token for a vocabulary
+    /// with neither `<0xXX>` nor the byte itself (where llama.cpp would abort).
     pub(super) fn byte_to_token(&self, b: u8) -> Option<TokenId> {
         self.byte_tokens[usize::from(b)].or(self.ids.unk)
     }
