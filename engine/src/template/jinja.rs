@@ -27,6 +27,31 @@ const FUEL: u64 = 5_000_000;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Bound on a rendered prompt (fuel bounds the steps, not the size of what each step writes:
+/// `'x' * 100000000` in a loop must not exhaust memory).
+const MAX_OUTPUT: usize = 64 << 20;
+
+/// The rendering's output, refusing to grow past [`MAX_OUTPUT`].
+struct CappedOutput {
+    buf: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > MAX_OUTPUT {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the rendered prompt is too large"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A compiled chat template.
 pub struct JinjaTemplate {
     env: Environment<'static>,
@@ -145,7 +170,16 @@ impl JinjaTemplate {
             }
         }
         let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
-        tmpl.render(Value::from_pairs(ctx)).map_err(template_error)
+        let mut out = CappedOutput {
+            buf: Vec::new(),
+            overflowed: false,
+        };
+        let rendered = tmpl.render_captured_to(Value::from_pairs(ctx), &mut out);
+        if out.overflowed {
+            return Err(Error::Template("the rendered prompt is too large".into()));
+        }
+        rendered.map_err(template_error)?;
+        String::from_utf8(out.buf).map_err(|_| Error::Template("the rendered prompt is not UTF-8".into()))
     }
 
     fn probe_system_role(&self) -> bool {
@@ -458,6 +492,9 @@ mod tests {
         assert!(JinjaTemplate::new(&deep).is_err());
         let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
         assert!(render(recursive, &[]).is_err());
+        let huge = "{% for i in range(1000) %}{{ 'x' * 1000000 }}{% endfor %}";
+        let err = render(huge, &[]).unwrap_err().to_string();
+        assert!(err.contains("too large"), "{err}");
     }
 
     #[test]

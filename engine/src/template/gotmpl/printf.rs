@@ -4,6 +4,9 @@
 
 use super::value::{go_float, Value};
 
+/// Widths and precisions beyond this are clamped: a template must not make us allocate gigabytes.
+const MAX_WIDTH: usize = 4096;
+
 pub fn sprintf(format: &str, args: &[Value]) -> String {
     let mut out = String::new();
     let mut next = 0;
@@ -30,7 +33,7 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
         }
         let mut width: Option<usize> = None;
         while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
-            width = Some(width.unwrap_or(0) * 10 + d as usize);
+            width = Some((width.unwrap_or(0) * 10 + d as usize).min(MAX_WIDTH));
             chars.next();
         }
         let mut prec: Option<usize> = None;
@@ -38,7 +41,7 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             chars.next();
             let mut p = 0;
             while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
-                p = p * 10 + d as usize;
+                p = (p * 10 + d as usize).min(MAX_WIDTH);
                 chars.next();
             }
             prec = Some(p);
@@ -227,6 +230,10 @@ mod tests {
         assert_eq!(sprintf("%d %d", &[Value::Int(1)]), "1 %!d(MISSING)");
         assert_eq!(sprintf("%d", &[Value::str("s")]), "%!d(string=s)");
         assert_eq!(sprintf("\n\n", &[]), "\n\n");
+        assert_eq!(
+            sprintf("%99999999999999999999d", &[Value::Int(1)]).len(),
+            MAX_WIDTH
+        );
         assert_eq!(
             sprintf(
                 "%e|%g|%.3g",
