@@ -130,6 +130,8 @@ fn every_fixture_inspects_with_its_recorded_file_type() {
         assert_eq!(doc["file_type"]["name"], want, "{name}");
         assert_eq!(doc["file_type"]["guessed"], false, "{name}");
     }
+    let text = inspect_ok(&[], &fixture("tiny/tiny-llama-spm-e64-q4_0.gguf"));
+    assert!(text.contains("file type   Q4_0\n"), "{text}");
 }
 
 /// Without `general.file_type`, the type is guessed from the tensors as llama.cpp does, and
@@ -189,6 +191,8 @@ fn bad_files_give_one_line_and_fail() {
     let ggml = dir.path().join("old.bin");
     std::fs::write(&ggml, b"tjgg\x03\0\0\0 and so on").unwrap();
     let missing = dir.path().join("missing.gguf");
+    let directory = dir.path().join("dir.gguf");
+    std::fs::create_dir(&directory).unwrap();
     let split = dir.path().join("m-00002-of-00003.gguf");
     std::fs::copy(
         fixture("tiny/tiny-llama-spm-e64-q4_0.gguf"),
@@ -208,6 +212,7 @@ fn bad_files_give_one_line_and_fail() {
         (&truncated, "extends past the end of the file"),
         (&ggml, "old GGJT model format"),
         (&missing, "No such file"),
+        (&directory, "not a regular file"),
         (&split, "open its first part"),
     ] {
         let out = inspect(&[], file);

@@ -161,8 +161,12 @@ fn to_text(model: &Gguf, file_type: ModelFileType) -> String {
         human_bytes(model.total_size()),
         group(model.total_size())
     );
-    let description = file_type.ftype.map(|t| t.long_name()).unwrap_or("unknown");
-    let _ = writeln!(out, "file type   {file_type} ({description})");
+    // llama.cpp's description where it says more than the short name (`Q4_K - Medium`).
+    let description = match file_type.ftype {
+        Some(t) if t.long_name() != t.name() => format!(" ({})", t.long_name()),
+        _ => String::new(),
+    };
+    let _ = writeln!(out, "file type   {file_type}{description}");
     let _ = writeln!(
         out,
         "parameters  {} ({})",

@@ -28,7 +28,11 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+        if !meta.is_file() {
+            return Err(Error::UnsupportedFormat("not a regular file".into()).in_file(&path));
+        }
+        let len = meta.len();
         if len < 4 {
             return Err(
                 Error::UnsupportedFormat(format!("file too short ({len} bytes) to be GGUF")).in_file(&path),
