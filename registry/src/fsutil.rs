@@ -127,6 +127,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.commit(path)
 }
 
+/// Replaces `path` with `bytes` through a temporary file and a rename, without fsync: readers
+/// see the old or the new content, never a mix, but a power cut may lose the update.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut f = AtomicFile::new_in(dir)?;
+    f.write_all(bytes)?;
+    let file = f.file.take().expect("file present until commit");
+    fs::rename(&f.temp, path)?;
+    drop(file);
+    Ok(())
+}
+
 /// Makes a rename or unlink in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]

@@ -20,7 +20,7 @@ use crate::store::Store;
 pub struct PullOptions {
     /// Talk plain http (Ollama's `--insecure`); needed for `http://` names.
     pub insecure: bool,
-    /// Parallel connections per blob.
+    /// Most parallel connections per blob (it starts with one and adds more while they help).
     pub connections: usize,
     /// Bytes per ranged request (and per resumable unit of progress).
     pub chunk_size: u64,

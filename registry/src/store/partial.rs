@@ -106,6 +106,14 @@ impl PartialState {
         fsutil::write_atomic(path, &bytes)
     }
 
+    /// Saves without fsync (temporary file and rename): frequent saves during a download must
+    /// not stall it, and a state that claims unsynced data after a power cut only costs a
+    /// re-download (the blob is hashed before it is kept).
+    pub fn save_unsynced(&self, path: &Path) -> io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(io::Error::other)?;
+        fsutil::write_atomic_unsynced(path, &bytes)
+    }
+
     pub fn completed(&self) -> u64 {
         self.chunks.iter().map(|c| c.done).sum()
     }

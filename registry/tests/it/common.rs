@@ -448,6 +448,8 @@ impl Events {
 pub struct Proxy {
     pub port: u16,
     pub to_client: Arc<AtomicU64>,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -456,12 +458,14 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let to_client = Arc::new(AtomicU64::new(0));
-        let counter = to_client.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (counter, accepted2) = (to_client.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
+                accepted2.fetch_add(1, Ordering::Relaxed);
                 let counter = counter.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
@@ -501,6 +505,7 @@ impl Proxy {
         Proxy {
             port,
             to_client,
+            accepted,
             task,
         }
     }

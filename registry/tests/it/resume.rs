@@ -134,3 +134,28 @@ async fn concurrent_pulls_share_one_download() {
         "{fetched} bytes for a {SIZE}-byte blob pulled twice at once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_connections_while_they_help() {
+    const SIZE: usize = 36 << 20;
+    let reg = RegistryServer::start();
+    let d = push_random_model(&reg, "parallel", SIZE, 9).await;
+    // Each connection is limited to 3 MB/s: more connections, more throughput.
+    let slow = Proxy::start(addr(&reg), Some(3 << 20)).await;
+    let (_dir, store) = common::store();
+    let name = Name::parse(&format!("127.0.0.1:{}/test/parallel:1", slow.port)).unwrap();
+    let opts = PullOptions {
+        insecure: true,
+        connections: 6,
+        chunk_size: 1 << 20,
+        ..PullOptions::default()
+    };
+    Client::new()
+        .unwrap()
+        .pull(&store, &name, &opts, &|_| {})
+        .await
+        .unwrap();
+    assert!(store.has_blob(&d));
+    let connections = slow.accepted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(connections >= 4, "only {connections} connections");
+}
