@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the seed corpus of a fuzz target in fuzz/corpus/TARGET (ignored by git) from the shared
-# fixtures: every GGUF fixture whole, the first 4 KiB and 64 KiB of each (so the fuzzer also starts
-# from short inputs), and a few small hand-made files that reach the tensor infos quickly (every
-# metadata type, nested arrays, split keys, general.alignment 64).
+# Builds the seed corpus of a fuzz target in fuzz/corpus/TARGET (ignored by git).
+#
+# gguf_reader: every GGUF fixture of the shared fixtures whole, the first 4 KiB and 64 KiB of each
+# (so the fuzzer also starts from short inputs), and a few small hand-made files that reach the
+# tensor infos quickly (every metadata type, nested arrays, split keys, general.alignment 64).
+# Other targets add their recipe below; without one a target starts from an empty corpus.
 #
 # Usage: fuzz/seed.sh [TARGET]   (TARGET defaults to gguf_reader)
 set -euo pipefail
@@ -11,6 +13,8 @@ target="${1:-gguf_reader}"
 fixtures="../../shared/fixtures"
 corpus="corpus/$target"
 mkdir -p "$corpus"
+case "$target" in
+gguf_reader)
 n=0
 for f in "$fixtures"/{tiny,quant,vocab}/*.gguf; do
   base="$(basename "$f" .gguf)"
@@ -56,3 +60,8 @@ for name, b in files.items():
     open(os.path.join(out, name), 'wb').write(b)
 PY
 echo "$corpus: $((n + 4)) seeds" >&2
+;;
+*)
+  echo "$corpus: no seed recipe for $target, starting empty" >&2
+;;
+esac
