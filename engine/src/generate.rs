@@ -1,6 +1,10 @@
 //! Greedy generation over a context: the prompt is evaluated in chunks, then the most likely
 //! token is taken at every step. When a sequence reaches its context limit, the context is
 //! shifted ([`Context::make_room`]) so that long prompts and long generations go on.
+//!
+//! [`runner`] is the serving loop: many requests on one context with continuous batching.
+
+pub mod runner;
 
 use crate::batch::Batch;
 use crate::context::Context;
