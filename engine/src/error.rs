@@ -48,6 +48,9 @@ pub enum Error {
     /// `raise_exception`).
     #[error("template: {0}")]
     Template(String),
+    /// A grammar or JSON schema that cannot be used, or a token it does not allow.
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
 }
 
 impl Error {

@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod grammar;
 pub mod kernels;
 pub mod kv;
 pub mod model;

@@ -4,7 +4,8 @@
 use super::options::SamplingOptions;
 use super::penalties::Penalties;
 use super::rng::Mt19937;
-use super::steps::{self, Candidates};
+use super::steps::{self, Candidate, Candidates};
+use crate::grammar::{Matcher, TokenMask};
 use crate::{Error, Result, TokenId};
 
 /// Picks tokens from logits. One per generation: it remembers what was generated (penalties) and
@@ -19,6 +20,14 @@ pub struct Sampler {
     /// Penalised copy of the logits, when penalties are on.
     scratch: Vec<f32>,
     cands: Candidates,
+    grammar: Option<Constraint>,
+}
+
+/// A grammar the output must follow, with its buffers.
+struct Constraint {
+    matcher: Matcher,
+    mask: TokenMask,
+    ranked: Vec<Candidate>,
 }
 
 impl Sampler {
@@ -43,7 +52,32 @@ impl Sampler {
             n_vocab,
             scratch: Vec::new(),
             cands: Candidates::default(),
+            grammar: None,
         })
+    }
+
+    /// Constrains every sampled token to `matcher`'s grammar (structured output, `grammar`).
+    /// The grammar comes first in the chain, as in llama.cpp: the other samplers only see the
+    /// tokens it allows, and every pick keeps the output inside the grammar.
+    pub fn with_grammar(mut self, matcher: Matcher) -> Result<Self> {
+        if matcher.vocab().n_tokens() != self.n_vocab {
+            return Err(Error::InvalidArgument(format!(
+                "grammar vocabulary has {} tokens, the model {}",
+                matcher.vocab().n_tokens(),
+                self.n_vocab
+            )));
+        }
+        self.grammar = Some(Constraint {
+            mask: TokenMask::new(self.n_vocab),
+            matcher,
+            ranked: Vec::new(),
+        });
+        Ok(self)
+    }
+
+    /// The grammar's matcher, if the output is constrained.
+    pub fn grammar(&self) -> Option<&Matcher> {
+        self.grammar.as_ref().map(|c| &c.matcher)
     }
 
     /// The seed actually in use (the random one, when the options asked for -1).
@@ -62,9 +96,13 @@ impl Sampler {
         }
     }
 
-    /// Records a generated token: it now counts for the penalties.
+    /// Records a generated token: it now counts for the penalties, and the grammar (if any)
+    /// moves past it (an error if the grammar does not allow it).
     pub fn accept(&mut self, token: TokenId) -> Result<()> {
         self.check_token(token)?;
+        if let Some(c) = &mut self.grammar {
+            c.matcher.accept(token)?;
+        }
         self.penalties.accept(token);
         Ok(())
     }
@@ -98,15 +136,71 @@ impl Sampler {
         } else {
             logits
         };
-        let picked = run_chain(
-            &self.opts,
-            logits,
-            &mut self.cands,
-            &mut self.rng,
-            &mut self.mirostat_mu,
-        );
+        let picked = match &mut self.grammar {
+            None => run_chain(&self.opts, logits, &mut self.cands, &mut self.rng, &mut self.mirostat_mu),
+            Some(c) => {
+                constrained_candidates(&self.opts, logits, c, &mut self.cands);
+                if self.cands.data.is_empty() {
+                    return Err(Error::InvalidArgument("the grammar allows no token here".into()));
+                }
+                finish_chain(&self.opts, &mut self.cands, &mut self.rng, &mut self.mirostat_mu, logits.len())
+            }
+        };
         picked.ok_or_else(|| Error::InvalidArgument("no token can be sampled".into()))
     }
+}
+
+/// The candidates the chain starts from under a grammar: the grammar's allowed tokens, cut to
+/// the best `k` when the chain can only pick among the best `k` anyway.
+///
+/// Masking the whole vocabulary and then taking the top k gives the same set as checking tokens
+/// one by one from the most likely down until k are allowed. The second is what runs first: the
+/// best tokens are usually allowed, so a handful of checks replaces a mask over 262k tokens. Only
+/// when the grammar rejects most of the best tokens (then it allows few, and the trie walk that
+/// computes the mask prunes early) is the full mask computed.
+fn constrained_candidates(opts: &SamplingOptions, logits: &[f32], c: &mut Constraint, out: &mut Candidates) {
+    out.data.clear();
+    let n = logits.len();
+    if let Some(k) = candidate_limit(opts) {
+        let mut examined = 0;
+        for batch in [(2 * k).max(64), 1024, 8192] {
+            let batch = batch.min(n);
+            if batch <= examined {
+                continue;
+            }
+            steps::select_top(logits, batch, &mut c.ranked);
+            for cand in &c.ranked[examined..] {
+                if c.matcher.allows(cand.id) {
+                    out.data.push(*cand);
+                    if out.data.len() == k {
+                        break;
+                    }
+                }
+            }
+            examined = batch;
+            if out.data.len() == k || examined == n {
+                out.sorted = true;
+                return;
+            }
+        }
+        c.matcher.fill_mask(&mut c.mask);
+        allowed_candidates(logits, &c.mask, &mut out.data);
+        steps::keep_top_sorted(&mut out.data, k);
+        out.sorted = true;
+        return;
+    }
+    c.matcher.fill_mask(&mut c.mask);
+    allowed_candidates(logits, &c.mask, &mut out.data);
+    out.sorted = false;
+}
+
+fn allowed_candidates(logits: &[f32], mask: &TokenMask, out: &mut Vec<Candidate>) {
+    out.clear();
+    out.extend(mask.iter().map(|id| Candidate {
+        id,
+        logit: logits[id as usize],
+        p: 0.0,
+    }));
 }
 
 /// How many of the best tokens the chain can possibly pick from, when that is known before

@@ -516,3 +516,143 @@ fn select_top_agrees_with_a_full_sort() {
         assert_eq!(out, full[..m.min(70_000)], "m = {m}");
     }
 }
+
+// --- with a grammar --------------------------------------------------------------------------
+
+mod constrained {
+    use std::sync::Arc;
+
+    use super::super::{Sampler, SamplingOptions};
+    use crate::grammar::{Grammar, Matcher, TokenKind, TokenMask, TokenVocab};
+    use crate::TokenId;
+
+    fn vocab() -> Arc<TokenVocab> {
+        let mut toks: Vec<(Vec<u8>, TokenKind)> = (0..=255u8).map(|b| (vec![b], TokenKind::Text)).collect();
+        for t in ["{\"", "\": ", "\", \"", "true", "12", "ab", "\"}", "é", "  "] {
+            toks.push((t.as_bytes().to_vec(), TokenKind::Text));
+        }
+        toks.push((b"<eos>".to_vec(), TokenKind::EndOfGeneration));
+        Arc::new(TokenVocab::new(toks))
+    }
+
+    struct Noise(u64);
+    impl Noise {
+        fn logits(&mut self, n: usize) -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    self.0 ^= self.0 << 13;
+                    self.0 ^= self.0 >> 7;
+                    self.0 ^= self.0 << 17;
+                    ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 12.0 - 6.0
+                })
+                .collect()
+        }
+    }
+
+    const GRAMMAR: &str = r#"root ::= "{" "\"" [a-z]+ "\": " ( "true" | [0-9]+ | "\"" [^"]* "\"" ) "}""#;
+
+    #[test]
+    fn every_option_set_stays_inside_the_grammar() {
+        let vocab = vocab();
+        let n = vocab.n_tokens();
+        let eos = (n - 1) as TokenId;
+        let g = Grammar::parse(GRAMMAR).unwrap();
+        let opts = [
+            SamplingOptions::default(),
+            SamplingOptions::greedy(),
+            SamplingOptions { top_k: 0, ..SamplingOptions::default() },
+            SamplingOptions { top_k: 0, temperature: 0.0, ..SamplingOptions::default() },
+            SamplingOptions { top_k: 3, min_p: 0.1, typical_p: 0.8, ..SamplingOptions::default() },
+            SamplingOptions { mirostat: 1, ..SamplingOptions::default() },
+            SamplingOptions { mirostat: 2, ..SamplingOptions::default() },
+            SamplingOptions { repeat_penalty: 1.5, presence_penalty: 1.0, ..SamplingOptions::default() },
+        ];
+        let mut noise = Noise(99);
+        for (i, o) in opts.iter().enumerate() {
+            for run in 0..10 {
+                let o = SamplingOptions { seed: (i * 100 + run) as i64, ..o.clone() };
+                let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+                let mut s = Sampler::new(&o, n, 4096).unwrap().with_grammar(m).unwrap();
+                let mut text = Vec::new();
+                let mut ended = false;
+                for _ in 0..300 {
+                    let mut logits = noise.logits(n);
+                    logits[eos as usize] += 3.0; // a model that wants to stop early
+                    let t = s.sample(&logits).unwrap();
+                    s.accept(t).unwrap();
+                    if t == eos {
+                        ended = true;
+                        break;
+                    }
+                    text.extend_from_slice(vocab.token_bytes(t));
+                }
+                let mut check = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+                let shown = String::from_utf8_lossy(&text);
+                assert!(check.accept_bytes(&text).is_ok(), "{o:?}: {shown:?}");
+                if ended {
+                    assert!(check.can_end(), "{o:?}: {shown:?}");
+                    assert!(std::str::from_utf8(&text).is_ok());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lazy_checks_pick_what_a_full_mask_would() {
+        // The sampler checks the best tokens one by one; the reference masks every token first
+        // (as llama.cpp's grammar sampler does) and runs the plain chain. Same seed, same picks.
+        let vocab = vocab();
+        let n = vocab.n_tokens();
+        let g = Grammar::parse(GRAMMAR).unwrap();
+        for (i, o) in [
+            SamplingOptions::default(),
+            SamplingOptions::greedy(),
+            SamplingOptions { top_k: 5, top_p: 0.5, ..SamplingOptions::default() },
+            SamplingOptions { top_k: 200, min_p: 0.02, temperature: 1.3, ..SamplingOptions::default() },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let o = SamplingOptions { seed: 17 + i as i64, ..o };
+            let mut lazy = Sampler::new(&o, n, 4096)
+                .unwrap()
+                .with_grammar(Matcher::new(&g, Arc::clone(&vocab)).unwrap())
+                .unwrap();
+            let mut plain = Sampler::new(&o, n, 4096).unwrap();
+            let mut reference = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+            let mut mask = TokenMask::new(n);
+            let mut noise = Noise(5 + i as u64);
+            for _ in 0..60 {
+                let logits = noise.logits(n);
+                reference.fill_mask(&mut mask);
+                if mask.count() == 0 {
+                    break;
+                }
+                let masked: Vec<f32> = logits
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &l)| if mask.contains(t as TokenId) { l } else { f32::NEG_INFINITY })
+                    .collect();
+                let want = plain.sample(&masked).unwrap();
+                let got = lazy.sample(&logits).unwrap();
+                assert_eq!(got, want, "{o:?}");
+                lazy.accept(got).unwrap();
+                plain.accept(want).unwrap();
+                reference.accept(want).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn accepting_a_forbidden_token_is_an_error() {
+        let vocab = vocab();
+        let g = Grammar::parse(GRAMMAR).unwrap();
+        let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+        let mut s = Sampler::new(&SamplingOptions::default(), vocab.n_tokens(), 64).unwrap().with_grammar(m).unwrap();
+        assert!(s.accept(b'x' as TokenId).is_err());
+        assert!(s.accept(b'{' as TokenId).is_ok());
+        let small = Arc::new(TokenVocab::new([(b"a".to_vec(), TokenKind::Text)]));
+        let m = Matcher::new(&Grammar::parse("root ::= \"a\"").unwrap(), small).unwrap();
+        assert!(Sampler::new(&SamplingOptions::default(), 10, 64).unwrap().with_grammar(m).is_err());
+    }
+}
