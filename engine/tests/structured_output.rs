@@ -13,8 +13,35 @@ use serde_json::{json, Value};
 fn vocab() -> Arc<TokenVocab> {
     let mut toks: Vec<(Vec<u8>, TokenKind)> = (0..=255u8).map(|b| (vec![b], TokenKind::Text)).collect();
     for t in [
-        "{\"", "\":", "\": ", "\", \"", "\",", ", ", "},", "}]", "[{", "true", "false", "null", "  ", "\n  ", "00", "12",
-        "-0", "é", "日本", "\u{1F600}", "ab", "\\\"", "\\n", "\\u00", "2024-", "-02-", "T1", ":3", "Z\"",
+        "{\"",
+        "\":",
+        "\": ",
+        "\", \"",
+        "\",",
+        ", ",
+        "},",
+        "}]",
+        "[{",
+        "true",
+        "false",
+        "null",
+        "  ",
+        "\n  ",
+        "00",
+        "12",
+        "-0",
+        "é",
+        "日本",
+        "\u{1F600}",
+        "ab",
+        "\\\"",
+        "\\n",
+        "\\u00",
+        "2024-",
+        "-02-",
+        "T1",
+        ":3",
+        "Z\"",
     ] {
         toks.push((t.as_bytes().to_vec(), TokenKind::Text));
     }
@@ -26,7 +53,10 @@ fn vocab() -> Arc<TokenVocab> {
 struct Rng(u64);
 impl Rng {
     fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 33) % n as u64) as usize
     }
 }
@@ -41,7 +71,11 @@ fn random_walk(g: &Grammar, vocab: &Arc<TokenVocab>, rng: &mut Rng, limit: usize
     loop {
         m.fill_mask(&mut mask);
         let allowed: Vec<TokenId> = mask.iter().collect();
-        assert!(!allowed.is_empty(), "dead end after {:?}", String::from_utf8_lossy(&out));
+        assert!(
+            !allowed.is_empty(),
+            "dead end after {:?}",
+            String::from_utf8_lossy(&out)
+        );
         // End as soon as allowed half of the time; otherwise a uniform pick, or, one time in
         // four, a pick among tokens with JSON punctuation (so strings end in reasonable time).
         let others: Vec<TokenId> = allowed.iter().copied().filter(|&t| t != eos).collect();
@@ -84,7 +118,8 @@ fn check_schema(schema: Value, walks: usize, seed: u64) {
         let Some(text) = random_walk(&g, &vocab, &mut rng, 6000) else {
             continue;
         };
-        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{schema}\noutput {text:?} is not JSON: {e}"));
+        let value: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{schema}\noutput {text:?} is not JSON: {e}"));
         if let Err(e) = validator.validate(&value) {
             panic!("{schema}\noutput {text} does not validate: {e}");
         }
@@ -230,7 +265,11 @@ fn additional_properties() {
         7,
     );
     check_schema(json!({"type": "object", "additionalProperties": false}), 5, 8);
-    check_schema(json!({"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}}), 30, 9);
+    check_schema(
+        json!({"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}}),
+        30,
+        9,
+    );
 }
 
 #[test]
@@ -297,7 +336,11 @@ fn integer_ranges() {
         }
         check_schema(s, 40, 20 + i as u64);
     }
-    check_schema(json!({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}), 40, 40);
+    check_schema(
+        json!({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}),
+        40,
+        40,
+    );
     check_schema(json!({"type": "integer", "minimum": 0.5, "maximum": 3.5}), 20, 41);
 }
 
@@ -314,10 +357,18 @@ fn all_of_and_empty_schemas() {
         30,
         50,
     );
-    check_schema(json!({"allOf": [{"enum": [1, 2, 3]}, {"enum": [2, 3, 4]}]}), 20, 51);
+    check_schema(
+        json!({"allOf": [{"enum": [1, 2, 3]}, {"enum": [2, 3, 4]}]}),
+        20,
+        51,
+    );
     check_schema(json!({}), 30, 52);
     check_schema(json!(true), 10, 53);
-    check_schema(json!({"type": "object", "properties": {"anything": {}}, "required": ["anything", "also"]}), 30, 54);
+    check_schema(
+        json!({"type": "object", "properties": {"anything": {}}, "required": ["anything", "also"]}),
+        30,
+        54,
+    );
     for t in ["string", "number", "integer", "boolean", "null", "array"] {
         check_schema(json!({"type": t}), 20, 55);
     }
@@ -366,23 +417,50 @@ fn unenforceable_schemas_are_errors() {
         (json!({"type": "number", "multipleOf": 2}), "multipleOf"),
         (json!({"not": {"type": "string"}}), "not"),
         (json!({"if": {}, "then": {}}), "if"),
-        (json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": true}), "uniqueItems"),
-        (json!({"type": "array", "items": {}, "contains": {"const": 1}}), "contains"),
+        (
+            json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": true}),
+            "uniqueItems",
+        ),
+        (
+            json!({"type": "array", "items": {}, "contains": {"const": 1}}),
+            "contains",
+        ),
         (json!({"type": "object", "minProperties": 1}), "minProperties"),
-        (json!({"type": "object", "properties": {}, "patternProperties": {"^x": {}}}), "patternProperties"),
+        (
+            json!({"type": "object", "properties": {}, "patternProperties": {"^x": {}}}),
+            "patternProperties",
+        ),
         (json!({"$ref": "https://example.com/s.json"}), "$ref"),
         (json!({"$ref": "#/$defs/missing"}), "points to nothing"),
         (json!({"type": "string", "pattern": "^(?=a)b$"}), "lookaround"),
         (json!({"type": "string", "pattern": "^\\p{L}$"}), "\\p"),
-        (json!({"type": "string", "pattern": "^a$", "minLength": 3}), "minLength"),
-        (json!({"type": "string", "format": "date", "maxLength": 3}), "maxLength"),
-        (json!({"type": "integer", "minimum": 5, "maximum": 1}), "no integer"),
-        (json!({"type": "array", "items": [{"type": "string"}], "minItems": 2}), "tuple"),
+        (
+            json!({"type": "string", "pattern": "^a$", "minLength": 3}),
+            "minLength",
+        ),
+        (
+            json!({"type": "string", "format": "date", "maxLength": 3}),
+            "maxLength",
+        ),
+        (
+            json!({"type": "integer", "minimum": 5, "maximum": 1}),
+            "no integer",
+        ),
+        (
+            json!({"type": "array", "items": [{"type": "string"}], "minItems": 2}),
+            "tuple",
+        ),
         (json!({"enum": []}), "enum"),
         (json!({"type": "wat"}), "wat"),
         (json!(false), "false"),
-        (json!({"anyOf": [{"type": "string"}], "minLength": 1}), "minLength"),
-        (json!({"type": "object", "properties": {"a": {"type": "number", "exclusiveMaximum": 3}}}), "exclusiveMaximum"),
+        (
+            json!({"anyOf": [{"type": "string"}], "minLength": 1}),
+            "minLength",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "number", "exclusiveMaximum": 3}}}),
+            "exclusiveMaximum",
+        ),
     ] {
         match Grammar::from_json_schema(&schema) {
             Err(GrammarError::Schema(msg)) => assert!(msg.contains(what), "{schema}: {msg}"),

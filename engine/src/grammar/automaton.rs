@@ -428,7 +428,12 @@ impl Automaton {
             return false;
         }
         // Plain text: 20-21, 23-5B, 5D-7E and everything from 80 up.
-        const PLAIN: [(u32, u32); 4] = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x80, super::MAX_CODE_POINT)];
+        const PLAIN: [(u32, u32); 4] = [
+            (0x20, 0x21),
+            (0x23, 0x5B),
+            (0x5D, 0x7E),
+            (0x80, super::MAX_CODE_POINT),
+        ];
         let total: u64 = PLAIN.iter().map(|&(a, b)| (b - a) as u64 + 1).sum();
         for &stack in self.stacks(s) {
             if stack == EMPTY {

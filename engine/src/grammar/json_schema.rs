@@ -348,11 +348,14 @@ impl Converter {
                             return err("'$ref' must be a string");
                         };
                         if !r.starts_with("#") {
-                            return err(format!("$ref '{r}': only references inside the schema (#/...) are supported"));
+                            return err(format!(
+                                "$ref '{r}': only references inside the schema (#/...) are supported"
+                            ));
                         }
                         if !self.refs.contains_key(r) {
-                            let target = resolve_pointer(&root, &r[1..])
-                                .ok_or_else(|| GrammarError::Schema(format!("$ref '{r}' points to nothing")))?;
+                            let target = resolve_pointer(&root, &r[1..]).ok_or_else(|| {
+                                GrammarError::Schema(format!("$ref '{r}' points to nothing"))
+                            })?;
                             self.refs.insert(r.to_string(), target.clone());
                         }
                     }
@@ -414,7 +417,9 @@ impl Converter {
         };
         for key in ["not", "if", "then", "else"] {
             if s.contains_key(key) {
-                return err(format!("keyword '{key}' is not supported (ollamars cannot enforce it)"));
+                return err(format!(
+                    "keyword '{key}' is not supported (ollamars cannot enforce it)"
+                ));
             }
         }
         let ty = s.get("type");
@@ -445,7 +450,9 @@ impl Converter {
                             }
                             Some(own) if own == t => {}
                             Some(_) => {
-                                return err(format!("a '{key}' alternative whose 'type' differs from the schema's"));
+                                return err(format!(
+                                    "a '{key}' alternative whose 'type' differs from the schema's"
+                                ));
                             }
                         },
                         Value::Bool(true) => {
@@ -536,7 +543,10 @@ impl Converter {
             let body = self.visit_pattern(p, &rule_name)?;
             return Ok(self.add_rule(&rule_name, &body));
         }
-        let is_uuid = format == "uuid" || (format.len() == 5 && format.starts_with("uuid") && matches!(format.as_bytes()[4], b'1'..=b'5'));
+        let is_uuid = format == "uuid"
+            || (format.len() == 5
+                && format.starts_with("uuid")
+                && matches!(format.as_bytes()[4], b'1'..=b'5'));
         if untyped_or("string") && is_uuid {
             check_keywords(s, &["type"], "next to a 'uuid' format")?;
             let n = if rule_name == "root" { "root" } else { format };
@@ -551,17 +561,34 @@ impl Converter {
         if ty_str == Some("string") && (s.contains_key("minLength") || s.contains_key("maxLength")) {
             check_keywords(s, &["type", "minLength", "maxLength"], "in a string schema")?;
             let char_rule = self.add_primitive("char", primitive("char").expect("char rule"));
-            let min = s.get("minLength").map(|v| as_count(v, "minLength")).transpose()?.unwrap_or(0);
+            let min = s
+                .get("minLength")
+                .map(|v| as_count(v, "minLength"))
+                .transpose()?
+                .unwrap_or(0);
             let max = s.get("maxLength").map(|v| as_count(v, "maxLength")).transpose()?;
             if max.is_some_and(|m| m < min) {
                 return err("'maxLength' is below 'minLength'");
             }
-            let body = format!("\"\\\"\" {} \"\\\"\" space", build_repetition(&char_rule, min, max, ""));
+            let body = format!(
+                "\"\\\"\" {} \"\\\"\" space",
+                build_repetition(&char_rule, min, max, "")
+            );
             return Ok(self.add_rule(&rule_name, &body));
         }
         const BOUNDS: [&str; 4] = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"];
         if ty_str == Some("integer") && BOUNDS.iter().any(|k| s.contains_key(*k)) {
-            check_keywords(s, &["type", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"], "in an integer schema")?;
+            check_keywords(
+                s,
+                &[
+                    "type",
+                    "minimum",
+                    "exclusiveMinimum",
+                    "maximum",
+                    "exclusiveMaximum",
+                ],
+                "in an integer schema",
+            )?;
             let bound = |k: &str| -> Result<Option<f64>, GrammarError> {
                 match s.get(k) {
                     None => Ok(None),
@@ -616,7 +643,9 @@ impl Converter {
         let Some(t) = ty_str else {
             return err(format!("unrecognized schema: {}", Value::Object(s.clone())));
         };
-        let Some(prim) = primitive(t).filter(|_| matches!(t, "boolean" | "number" | "integer" | "string" | "array" | "null")) else {
+        let Some(prim) = primitive(t)
+            .filter(|_| matches!(t, "boolean" | "number" | "integer" | "string" | "array" | "null"))
+        else {
             return err(format!("unknown type '{t}'"));
         };
         let what = format!("in a '{t}' schema");
@@ -629,17 +658,34 @@ impl Converter {
         self.add_primitive(name, primitive(name).expect("known primitive"))
     }
 
-    fn visit_array(&mut self, s: &Map<String, Value>, name: &str, rule_name: &str) -> Result<String, GrammarError> {
-        check_keywords(s, &["type", "items", "prefixItems", "minItems", "maxItems"], "in an array schema")?;
+    fn visit_array(
+        &mut self,
+        s: &Map<String, Value>,
+        name: &str,
+        rule_name: &str,
+    ) -> Result<String, GrammarError> {
+        check_keywords(
+            s,
+            &["type", "items", "prefixItems", "minItems", "maxItems"],
+            "in an array schema",
+        )?;
         if s.contains_key("items") && s.contains_key("prefixItems") {
             return err("'prefixItems' together with 'items' is not supported");
         }
-        let min = s.get("minItems").map(|v| as_count(v, "minItems")).transpose()?.unwrap_or(0);
+        let min = s
+            .get("minItems")
+            .map(|v| as_count(v, "minItems"))
+            .transpose()?
+            .unwrap_or(0);
         let max = s.get("maxItems").map(|v| as_count(v, "maxItems")).transpose()?;
         if max.is_some_and(|m| m < min) {
             return err("'maxItems' is below 'minItems'");
         }
-        let items = s.get("items").or_else(|| s.get("prefixItems")).cloned().unwrap_or(Value::Bool(true));
+        let items = s
+            .get("items")
+            .or_else(|| s.get("prefixItems"))
+            .cloned()
+            .unwrap_or(Value::Bool(true));
         let sub = |suffix: &str| {
             if name.is_empty() {
                 suffix.to_string()
@@ -650,7 +696,9 @@ impl Converter {
         if let Value::Array(tuple) = &items {
             let n = tuple.len() as u64;
             if min > n || max.is_some_and(|m| m < n) {
-                return err("'minItems'/'maxItems' that differ from the number of tuple items are not supported");
+                return err(
+                    "'minItems'/'maxItems' that differ from the number of tuple items are not supported",
+                );
             }
             let mut rule = String::from("\"[\" space ");
             for (i, item) in tuple.iter().enumerate() {
@@ -675,7 +723,12 @@ impl Converter {
         Ok(self.add_rule(rule_name, &body))
     }
 
-    fn visit_all_of(&mut self, s: &Map<String, Value>, name: &str, rule_name: &str) -> Result<String, GrammarError> {
+    fn visit_all_of(
+        &mut self,
+        s: &Map<String, Value>,
+        name: &str,
+        rule_name: &str,
+    ) -> Result<String, GrammarError> {
         let Some(parts) = s["allOf"].as_array() else {
             return err("'allOf' must be an array");
         };
@@ -716,14 +769,20 @@ impl Converter {
                     }
                 }
             } else {
-                return err("'allOf' parts other than objects with 'properties' or 'enum's are not supported");
+                return err(
+                    "'allOf' parts other than objects with 'properties' or 'enum's are not supported",
+                );
             }
         }
         if n_enums > 0 {
             if !props.is_empty() {
                 return err("'allOf' mixing 'enum' and 'properties' parts is not supported");
             }
-            let common: Vec<&String> = enum_counts.iter().filter(|(_, &c)| c == n_enums).map(|(k, _)| k).collect();
+            let common: Vec<&String> = enum_counts
+                .iter()
+                .filter(|(_, &c)| c == n_enums)
+                .map(|(k, _)| k)
+                .collect();
             if common.is_empty() {
                 return err("the 'enum's of 'allOf' have no value in common");
             }
@@ -787,7 +846,10 @@ impl Converter {
                     let body = self.not_strings(&names);
                     self.add_rule(&format!("{sub}-k"), &body)
                 };
-                let kv = self.add_rule(&format!("{sub}-kv"), &format!("{key_rule} \":\" space {value_rule}"));
+                let kv = self.add_rule(
+                    &format!("{sub}-kv"),
+                    &format!("{key_rule} \":\" space {value_rule}"),
+                );
                 kv_rules.insert(ADDITIONAL.into(), kv);
                 opt.push(ADDITIONAL.into());
             }
@@ -974,7 +1036,13 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// `_build_min_max_int`: GBNF for the decimal integers in `[min, max]` (either side open).
-fn build_min_max_int(min: Option<i64>, max: Option<i64>, out: &mut String, decimals_left: i32, top_level: bool) {
+fn build_min_max_int(
+    min: Option<i64>,
+    max: Option<i64>,
+    out: &mut String,
+    decimals_left: i32,
+    top_level: bool,
+) {
     fn digit_range(out: &mut String, from: u8, to: u8) {
         out.push('[');
         out.push(from as char);
@@ -1160,7 +1228,11 @@ fn build_min_max_int(min: Option<i64>, max: Option<i64>, out: &mut String, decim
 /// output always parses and its value matches the pattern.
 pub(crate) fn regex_to_gbnf(pattern: &str) -> Result<String, GrammarError> {
     let chars: Vec<char> = pattern.chars().collect();
-    let mut p = RegexParser { chars: &chars, pos: 0, pattern };
+    let mut p = RegexParser {
+        chars: &chars,
+        pos: 0,
+        pattern,
+    };
     let anchored_start = p.peek() == Some('^');
     if anchored_start {
         p.pos += 1;
@@ -1220,7 +1292,11 @@ impl RegexParser<'_> {
     }
 
     fn fail<T>(&self, msg: &str) -> Result<T, GrammarError> {
-        err(format!("pattern {:?} at character {}: {msg}", self.pattern, self.pos + 1))
+        err(format!(
+            "pattern {:?} at character {}: {msg}",
+            self.pattern,
+            self.pos + 1
+        ))
     }
 
     fn alternation(&mut self) -> Result<String, GrammarError> {
@@ -1315,7 +1391,10 @@ impl RegexParser<'_> {
         };
         self.pos += 1;
         match c {
-            '.' => Ok(class_to_gbnf(&(vec![(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)], true))),
+            '.' => Ok(class_to_gbnf(&(
+                vec![(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)],
+                true,
+            ))),
             '(' => {
                 if self.peek() == Some('?') {
                     if self.chars.get(self.pos + 1) == Some(&':') {
@@ -1409,7 +1488,11 @@ impl RegexParser<'_> {
         };
         self.pos += 1;
         let hex = |p: &mut Self, n: usize| -> Result<u32, GrammarError> {
-            let s: String = p.chars.get(p.pos..p.pos + n).map(|s| s.iter().collect()).unwrap_or_default();
+            let s: String = p
+                .chars
+                .get(p.pos..p.pos + n)
+                .map(|s| s.iter().collect())
+                .unwrap_or_default();
             match u32::from_str_radix(&s, 16) {
                 Ok(v) if s.len() == n => {
                     p.pos += n;
@@ -1471,7 +1554,9 @@ fn literal_to_gbnf(c: u32) -> String {
 
 fn gbnf_class_char(c: u32) -> String {
     match char::from_u32(c) {
-        Some(ch) if c > 0x20 && c < 0x7F && !matches!(ch, '\\' | ']' | '[' | '-' | '^' | '"') => ch.to_string(),
+        Some(ch) if c > 0x20 && c < 0x7F && !matches!(ch, '\\' | ']' | '[' | '-' | '^' | '"') => {
+            ch.to_string()
+        }
         _ if c <= 0xFF => format!("\\x{c:02X}"),
         _ if c <= 0xFFFF => format!("\\u{c:04X}"),
         _ => format!("\\U{c:08X}"),
@@ -1488,12 +1573,10 @@ fn class_to_gbnf(r: &Ranges) -> String {
         .ranges
         .iter()
         .flat_map(|&(a, b)| {
-            safe.ranges
-                .iter()
-                .filter_map(move |&(c, d)| {
-                    let (lo, hi) = (a.max(c), b.min(d));
-                    (lo <= hi).then_some((lo, hi))
-                })
+            safe.ranges.iter().filter_map(move |&(c, d)| {
+                let (lo, hi) = (a.max(c), b.min(d));
+                (lo <= hi).then_some((lo, hi))
+            })
         })
         .collect();
     if !kept.is_empty() {

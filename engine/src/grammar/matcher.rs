@@ -34,7 +34,9 @@ impl TokenMask {
 
     #[inline]
     pub fn contains(&self, id: TokenId) -> bool {
-        self.words.get(id as usize >> 6).is_some_and(|w| w & (1 << (id & 63)) != 0)
+        self.words
+            .get(id as usize >> 6)
+            .is_some_and(|w| w & (1 << (id & 63)) != 0)
     }
 
     pub fn count(&self) -> usize {

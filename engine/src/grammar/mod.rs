@@ -119,18 +119,17 @@ impl CharClass {
     }
 
     pub(crate) fn contains(&self, c: u32) -> bool {
-        match self.ranges.binary_search_by(|&(lo, hi)| {
-            if hi < c {
-                std::cmp::Ordering::Less
-            } else if lo > c {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        }) {
-            Ok(_) => true,
-            Err(_) => false,
-        }
+        self.ranges
+            .binary_search_by(|&(lo, hi)| {
+                if hi < c {
+                    std::cmp::Ordering::Less
+                } else if lo > c {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .is_ok()
     }
 
     /// Whether some code point in `lo..=hi` is in the class.
@@ -295,7 +294,9 @@ impl Grammar {
 /// expansion.
 fn find_left_recursion(rules: &[Vec<Elem>]) -> Option<usize> {
     let alternatives = |r: &Vec<Elem>| -> Vec<Vec<Elem>> {
-        r.split(|e| e.ends_sequence()).map(|a| a.to_vec()).collect::<Vec<_>>()
+        r.split(|e| e.ends_sequence())
+            .map(|a| a.to_vec())
+            .collect::<Vec<_>>()
     };
     let alts: Vec<Vec<Vec<Elem>>> = rules
         .iter()
@@ -313,9 +314,10 @@ fn find_left_recursion(rules: &[Vec<Elem>]) -> Option<usize> {
             if nullable[i] {
                 continue;
             }
-            let n = rule_alts
-                .iter()
-                .any(|alt| alt.iter().all(|e| matches!(e, Elem::RuleRef(r) if nullable[*r as usize])));
+            let n = rule_alts.iter().any(|alt| {
+                alt.iter()
+                    .all(|e| matches!(e, Elem::RuleRef(r) if nullable[*r as usize]))
+            });
             if n {
                 nullable[i] = true;
                 changed = true;

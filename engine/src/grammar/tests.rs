@@ -65,10 +65,12 @@ fn literals_escapes_and_utf8() {
 
 #[test]
 fn classes_negation_any_and_repetitions() {
-    let g = Grammar::parse(r#"root ::= [^abc\n]+ "." . [a-c0-9_]? x{2} y{1,3} z{2,}
+    let g = Grammar::parse(
+        r#"root ::= [^abc\n]+ "." . [a-c0-9_]? x{2} y{1,3} z{2,}
 x ::= "x"
 y ::= "y"
-z ::= "z""#)
+z ::= "z""#,
+    )
     .unwrap();
     assert!(accepts(&g, "dé.\u{1F600}xxyzz"));
     assert!(accepts(&g, "q.q5xxyyyzzzz"));
@@ -122,7 +124,10 @@ fn malformed_grammars_have_positioned_errors() {
             other => panic!("{text:?}: {other}"),
         }
     }
-    assert_eq!(parse_err("root ::= foo"), GrammarError::UndefinedRule("foo".into()));
+    assert_eq!(
+        parse_err("root ::= foo"),
+        GrammarError::UndefinedRule("foo".into())
+    );
     assert_eq!(parse_err("start ::= \"a\""), GrammarError::NoRoot);
     assert_eq!(parse_err(""), GrammarError::NoRoot);
     let msg = parse_err("root ::= \"a\"{x}").to_string();
@@ -154,7 +159,15 @@ fn invalid_utf8_never_matches() {
     let g = Grammar::parse("root ::= .*").unwrap();
     assert!(accepts_prefix(&g, "é".as_bytes()));
     assert!(accepts_prefix(&g, &[0xC3])); // a character may be split across tokens
-    for bad in [&[0x80][..], &[0xC0, 0x80], &[0xE0, 0x80, 0x80], &[0xED, 0xA0, 0x80], &[0xF4, 0x90, 0x80, 0x80], &[0xFF], &[0xC3, 0x41]] {
+    for bad in [
+        &[0x80][..],
+        &[0xC0, 0x80],
+        &[0xE0, 0x80, 0x80],
+        &[0xED, 0xA0, 0x80],
+        &[0xF4, 0x90, 0x80, 0x80],
+        &[0xFF],
+        &[0xC3, 0x41],
+    ] {
         assert!(!accepts_prefix(&g, bad), "{bad:x?}");
     }
     let ascii = Grammar::parse("root ::= [a-z]*").unwrap();
@@ -226,7 +239,9 @@ impl Reference<'_> {
         let mut out = Vec::new();
         for st in stacks {
             let Some(&top) = st.last() else { continue };
-            let Some(class) = self.g.class_at[top] else { continue };
+            let Some(class) = self.g.class_at[top] else {
+                continue;
+            };
             if self.g.classes[class as usize].contains(c) {
                 let mut s = st[..st.len() - 1].to_vec();
                 let after = self.g.class_end[top] as usize;
@@ -257,7 +272,10 @@ pub(crate) struct Lcg(pub u64);
 
 impl Lcg {
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 
@@ -280,8 +298,44 @@ x ::= "x" x? "y""#,
 
 fn mask_vocab() -> Vec<String> {
     let base = [
-        "a", "b", "c", "ab", "abc", "ca", "{", "}", "{\"", "\"", "\":", ",", ", ", " ", "\n", "\n\n", "-", "1", "12", "-3",
-        "x", "xy", "y", "yy", "é", "日", "本語", "日本語", ".", "€", "ü", "àé", "a.", "\"a\"", "q", "Z", ":", "\\",
+        "a",
+        "b",
+        "c",
+        "ab",
+        "abc",
+        "ca",
+        "{",
+        "}",
+        "{\"",
+        "\"",
+        "\":",
+        ",",
+        ", ",
+        " ",
+        "\n",
+        "\n\n",
+        "-",
+        "1",
+        "12",
+        "-3",
+        "x",
+        "xy",
+        "y",
+        "yy",
+        "é",
+        "日",
+        "本語",
+        "日本語",
+        ".",
+        "€",
+        "ü",
+        "àé",
+        "a.",
+        "\"a\"",
+        "q",
+        "Z",
+        ":",
+        "\\",
     ];
     base.iter().map(|s| s.to_string()).collect()
 }
@@ -289,7 +343,10 @@ fn mask_vocab() -> Vec<String> {
 #[test]
 fn masks_agree_with_the_reference_on_random_paths() {
     let texts = mask_vocab();
-    let mut toks: Vec<(Vec<u8>, TokenKind)> = texts.iter().map(|t| (t.as_bytes().to_vec(), TokenKind::Text)).collect();
+    let mut toks: Vec<(Vec<u8>, TokenKind)> = texts
+        .iter()
+        .map(|t| (t.as_bytes().to_vec(), TokenKind::Text))
+        .collect();
     // Tokens that split multi-byte characters: "é" = c3 a9, "€" = e2 82 ac.
     toks.push((vec![0xC3], TokenKind::Text));
     toks.push((vec![0xA9], TokenKind::Text));
@@ -316,7 +373,9 @@ fn masks_agree_with_the_reference_on_random_paths() {
                 let mut want = Vec::new();
                 for (id, (bytes, kind)) in toks.iter().enumerate() {
                     let ok = match kind {
-                        TokenKind::EndOfGeneration => pending.is_empty() && stacks.iter().any(|s| s.is_empty()),
+                        TokenKind::EndOfGeneration => {
+                            pending.is_empty() && stacks.iter().any(|s| s.is_empty())
+                        }
                         TokenKind::Special => false,
                         TokenKind::Text => {
                             let mut all = pending.clone();
@@ -324,7 +383,9 @@ fn masks_agree_with_the_reference_on_random_paths() {
                             let valid = std::str::from_utf8(&all).map(|s| s.to_string()).or_else(|e| {
                                 let ok = &all[..e.valid_up_to()];
                                 match e.error_len() {
-                                    None => Ok::<String, ()>(String::from_utf8_lossy(ok).into_owned() + "\u{0}PARTIAL"),
+                                    None => Ok::<String, ()>(
+                                        String::from_utf8_lossy(ok).into_owned() + "\u{0}PARTIAL",
+                                    ),
                                     Some(_) => Err(()),
                                 }
                             });
@@ -343,8 +404,17 @@ fn masks_agree_with_the_reference_on_random_paths() {
                         }
                     };
                     want.push(ok);
-                    assert_eq!(m.allows(id as TokenId), ok, "grammar {text:?}, token {id} {:?}", String::from_utf8_lossy(bytes));
-                    assert_eq!(mask.contains(id as TokenId), ok, "mask: grammar {text:?}, token {id}");
+                    assert_eq!(
+                        m.allows(id as TokenId),
+                        ok,
+                        "grammar {text:?}, token {id} {:?}",
+                        String::from_utf8_lossy(bytes)
+                    );
+                    assert_eq!(
+                        mask.contains(id as TokenId),
+                        ok,
+                        "mask: grammar {text:?}, token {id}"
+                    );
                 }
                 let allowed: Vec<usize> = (0..n).filter(|&i| want[i] && i != eos as usize).collect();
                 if allowed.is_empty() {
@@ -379,7 +449,10 @@ fn partial_possible(r: &Reference, stacks: &[Vec<usize>], tail: &[u8]) -> bool {
     fn complete(r: &Reference, stacks: &[Vec<usize>], buf: &mut Vec<u8>, len: usize) -> bool {
         if buf.len() == len {
             return match std::str::from_utf8(buf) {
-                Ok(s) => s.chars().next().is_some_and(|c| !r.step(stacks, c as u32).is_empty()),
+                Ok(s) => s
+                    .chars()
+                    .next()
+                    .is_some_and(|c| !r.step(stacks, c as u32).is_empty()),
                 Err(_) => false,
             };
         }
@@ -446,14 +519,23 @@ fn token_elements_match_whole_tokens() {
     assert!(m.can_end());
     // Unknown names and ids are errors.
     let bad = Grammar::parse("root ::= <nope>").unwrap();
-    assert!(matches!(Matcher::new(&bad, Arc::clone(&vocab)), Err(GrammarError::UnknownToken(_))));
+    assert!(matches!(
+        Matcher::new(&bad, Arc::clone(&vocab)),
+        Err(GrammarError::UnknownToken(_))
+    ));
     let bad = Grammar::parse("root ::= <[99]>").unwrap();
-    assert!(matches!(Matcher::new(&bad, vocab), Err(GrammarError::UnknownToken(_))));
+    assert!(matches!(
+        Matcher::new(&bad, vocab),
+        Err(GrammarError::UnknownToken(_))
+    ));
 }
 
 #[test]
 fn special_tokens_never_match_text() {
-    let toks = vec![(b"ab".to_vec(), TokenKind::Special), (b"ab".to_vec(), TokenKind::Text)];
+    let toks = vec![
+        (b"ab".to_vec(), TokenKind::Special),
+        (b"ab".to_vec(), TokenKind::Text),
+    ];
     let vocab = Arc::new(TokenVocab::new(toks));
     let g = Grammar::parse("root ::= \"ab\"").unwrap();
     let mut m = Matcher::new(&g, vocab).unwrap();
@@ -464,7 +546,10 @@ fn special_tokens_never_match_text() {
 #[test]
 fn ollama_json_grammar_accepts_objects_only() {
     let g = Grammar::json();
-    assert!(accepts(&g, r#"{"a": [1, 2.5e-3, {"b": null}], "c": "x\u00e9\"", "d": true}"#));
+    assert!(accepts(
+        &g,
+        r#"{"a": [1, 2.5e-3, {"b": null}], "c": "x\u00e9\"", "d": true}"#
+    ));
     assert!(accepts(&g, "{ }"));
     assert!(accepts(&g, "{\n\t\"a\": 1}"));
     assert!(!accepts(&g, "{\"a\" : 1}")); // no space before the colon in Ollama's grammar

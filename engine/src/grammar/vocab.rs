@@ -60,6 +60,27 @@ impl TokenVocab {
         v
     }
 
+    /// The grammar's view of a model's vocabulary: end-of-generation tokens end it; control,
+    /// unknown and unused tokens are not text (llama.cpp lets a control token's text match, so
+    /// `<start_of_turn>` could appear inside a JSON string there; here it cannot); normal,
+    /// user-defined and byte tokens are their bytes.
+    pub fn from_vocab(v: &crate::tokenizer::Vocab) -> Self {
+        use crate::tokenizer::TokenType;
+        TokenVocab::new((0..v.n_tokens() as TokenId).map(|id| {
+            let kind = if v.is_eog(id) {
+                TokenKind::EndOfGeneration
+            } else {
+                match v.token_type(id) {
+                    TokenType::Normal | TokenType::UserDefined | TokenType::Byte | TokenType::Undefined => {
+                        TokenKind::Text
+                    }
+                    TokenType::Control | TokenType::Unknown | TokenType::Unused => TokenKind::Special,
+                }
+            };
+            (v.token_bytes(id), kind)
+        }))
+    }
+
     pub fn n_tokens(&self) -> usize {
         self.kinds.len()
     }
@@ -67,6 +88,11 @@ impl TokenVocab {
     pub fn token_bytes(&self, id: TokenId) -> &[u8] {
         let i = id as usize;
         &self.bytes[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    /// Nodes of the prefix trie of the text tokens (its size says what a full walk costs).
+    pub fn trie_nodes(&self) -> usize {
+        self.trie.n_nodes()
     }
 
     pub fn kind(&self, id: TokenId) -> TokenKind {
@@ -165,7 +191,13 @@ impl Trie {
 /// are "inside a character, `remaining` continuation bytes to go, the next within a range".
 const CONTEXTS: usize = 16;
 /// Continuation byte ranges: any, then the restricted second bytes after E0, ED, F0 and F4.
-const RANGES: [(u8, u8); 5] = [(0x80, 0xBF), (0xA0, 0xBF), (0x80, 0x9F), (0x90, 0xBF), (0x80, 0x8F)];
+const RANGES: [(u8, u8); 5] = [
+    (0x80, 0xBF),
+    (0xA0, 0xBF),
+    (0x80, 0x9F),
+    (0x90, 0xBF),
+    (0x80, 0x8F),
+];
 
 fn context(remaining: usize, range: usize) -> usize {
     1 + (remaining - 1) * RANGES.len() + range
@@ -250,7 +282,14 @@ mod tests {
     #[test]
     fn plain_analysis_follows_utf8() {
         // "é" = c3 a9; a lone continuation byte or an overlong form is not plain.
-        let v = vocab(&[b"\xc3\xa9", b"\xc3", b"q\xa9", b"q\xc0\x80", b"r\xe0\xa0\x80", b"s\xe0\x80\x80"]);
+        let v = vocab(&[
+            b"\xc3\xa9",
+            b"\xc3",
+            b"q\xa9",
+            b"q\xc0\x80",
+            b"r\xe0\xa0\x80",
+            b"s\xe0\x80\x80",
+        ]);
         let t = &v.trie;
         let node_of = |path: &[u8]| -> usize {
             let mut n = 0;

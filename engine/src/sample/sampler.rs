@@ -137,13 +137,25 @@ impl Sampler {
             logits
         };
         let picked = match &mut self.grammar {
-            None => run_chain(&self.opts, logits, &mut self.cands, &mut self.rng, &mut self.mirostat_mu),
+            None => run_chain(
+                &self.opts,
+                logits,
+                &mut self.cands,
+                &mut self.rng,
+                &mut self.mirostat_mu,
+            ),
             Some(c) => {
                 constrained_candidates(&self.opts, logits, c, &mut self.cands);
                 if self.cands.data.is_empty() {
                     return Err(Error::InvalidArgument("the grammar allows no token here".into()));
                 }
-                finish_chain(&self.opts, &mut self.cands, &mut self.rng, &mut self.mirostat_mu, logits.len())
+                finish_chain(
+                    &self.opts,
+                    &mut self.cands,
+                    &mut self.rng,
+                    &mut self.mirostat_mu,
+                    logits.len(),
+                )
             }
         };
         picked.ok_or_else(|| Error::InvalidArgument("no token can be sampled".into()))
@@ -163,7 +175,7 @@ fn constrained_candidates(opts: &SamplingOptions, logits: &[f32], c: &mut Constr
     let n = logits.len();
     if let Some(k) = candidate_limit(opts) {
         let mut examined = 0;
-        for batch in [(2 * k).max(64), 1024, 8192] {
+        for batch in [(2 * k).max(64), (16 * k).max(1024)] {
             let batch = batch.min(n);
             if batch <= examined {
                 continue;
@@ -182,7 +194,13 @@ fn constrained_candidates(opts: &SamplingOptions, logits: &[f32], c: &mut Constr
                 out.sorted = true;
                 return;
             }
+            // The grammar rejects nearly everything the model wants: it allows few tokens, and
+            // the mask, which prunes at the first byte, is cheaper than checking more.
+            if out.data.len() * 8 < examined {
+                break;
+            }
         }
+        out.data.clear();
         c.matcher.fill_mask(&mut c.mask);
         allowed_candidates(logits, &c.mask, &mut out.data);
         steps::keep_top_sorted(&mut out.data, k);

@@ -560,17 +560,42 @@ mod constrained {
         let opts = [
             SamplingOptions::default(),
             SamplingOptions::greedy(),
-            SamplingOptions { top_k: 0, ..SamplingOptions::default() },
-            SamplingOptions { top_k: 0, temperature: 0.0, ..SamplingOptions::default() },
-            SamplingOptions { top_k: 3, min_p: 0.1, typical_p: 0.8, ..SamplingOptions::default() },
-            SamplingOptions { mirostat: 1, ..SamplingOptions::default() },
-            SamplingOptions { mirostat: 2, ..SamplingOptions::default() },
-            SamplingOptions { repeat_penalty: 1.5, presence_penalty: 1.0, ..SamplingOptions::default() },
+            SamplingOptions {
+                top_k: 0,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                top_k: 0,
+                temperature: 0.0,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                top_k: 3,
+                min_p: 0.1,
+                typical_p: 0.8,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                mirostat: 1,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                mirostat: 2,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                repeat_penalty: 1.5,
+                presence_penalty: 1.0,
+                ..SamplingOptions::default()
+            },
         ];
         let mut noise = Noise(99);
         for (i, o) in opts.iter().enumerate() {
             for run in 0..10 {
-                let o = SamplingOptions { seed: (i * 100 + run) as i64, ..o.clone() };
+                let o = SamplingOptions {
+                    seed: (i * 100 + run) as i64,
+                    ..o.clone()
+                };
                 let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
                 let mut s = Sampler::new(&o, n, 4096).unwrap().with_grammar(m).unwrap();
                 let mut text = Vec::new();
@@ -607,13 +632,25 @@ mod constrained {
         for (i, o) in [
             SamplingOptions::default(),
             SamplingOptions::greedy(),
-            SamplingOptions { top_k: 5, top_p: 0.5, ..SamplingOptions::default() },
-            SamplingOptions { top_k: 200, min_p: 0.02, temperature: 1.3, ..SamplingOptions::default() },
+            SamplingOptions {
+                top_k: 5,
+                top_p: 0.5,
+                ..SamplingOptions::default()
+            },
+            SamplingOptions {
+                top_k: 200,
+                min_p: 0.02,
+                temperature: 1.3,
+                ..SamplingOptions::default()
+            },
         ]
         .into_iter()
         .enumerate()
         {
-            let o = SamplingOptions { seed: 17 + i as i64, ..o };
+            let o = SamplingOptions {
+                seed: 17 + i as i64,
+                ..o
+            };
             let mut lazy = Sampler::new(&o, n, 4096)
                 .unwrap()
                 .with_grammar(Matcher::new(&g, Arc::clone(&vocab)).unwrap())
@@ -631,7 +668,13 @@ mod constrained {
                 let masked: Vec<f32> = logits
                     .iter()
                     .enumerate()
-                    .map(|(t, &l)| if mask.contains(t as TokenId) { l } else { f32::NEG_INFINITY })
+                    .map(|(t, &l)| {
+                        if mask.contains(t as TokenId) {
+                            l
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
                     .collect();
                 let want = plain.sample(&masked).unwrap();
                 let got = lazy.sample(&logits).unwrap();
@@ -648,11 +691,17 @@ mod constrained {
         let vocab = vocab();
         let g = Grammar::parse(GRAMMAR).unwrap();
         let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
-        let mut s = Sampler::new(&SamplingOptions::default(), vocab.n_tokens(), 64).unwrap().with_grammar(m).unwrap();
+        let mut s = Sampler::new(&SamplingOptions::default(), vocab.n_tokens(), 64)
+            .unwrap()
+            .with_grammar(m)
+            .unwrap();
         assert!(s.accept(b'x' as TokenId).is_err());
         assert!(s.accept(b'{' as TokenId).is_ok());
         let small = Arc::new(TokenVocab::new([(b"a".to_vec(), TokenKind::Text)]));
         let m = Matcher::new(&Grammar::parse("root ::= \"a\"").unwrap(), small).unwrap();
-        assert!(Sampler::new(&SamplingOptions::default(), 10, 64).unwrap().with_grammar(m).is_err());
+        assert!(Sampler::new(&SamplingOptions::default(), 10, 64)
+            .unwrap()
+            .with_grammar(m)
+            .is_err());
     }
 }
