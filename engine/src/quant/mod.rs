@@ -15,17 +15,20 @@
 //! scale searches of the K-quant and IQ4 quantizers.
 
 pub mod blocks;
+mod file;
 mod float;
 mod ftype;
 mod iq4;
 mod kquants;
 mod legacy;
+pub mod mix;
 mod search;
 mod types;
+pub use file::{quantize_file, QuantizeOptions, QuantizeProgress, QuantizeReport, QUANTIZATION_VERSION};
 pub use ftype::FileType;
-
 pub use types::GgmlType;
 
+use blocks::*;
 use bytemuck::Pod;
 
 use crate::{Error, Result};
@@ -162,6 +165,39 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         _ => unreachable!("checked by can_quantize"),
     }
     Ok(())
+}
+
+/// Whether quantized data is usable (ggml's `ggml_validate_row_data`): every value of a float
+/// format and every block scale of a quantized one is finite. `false` also for a length that is
+/// not a whole number of blocks, or a type this module does not know.
+pub fn validate_row_data(ty: GgmlType, data: &[u8]) -> bool {
+    if !(data.len() as u64).is_multiple_of(ty.type_size()) {
+        return false;
+    }
+    fn all<B: Pod>(data: &[u8], ok: impl Fn(&B) -> bool) -> bool {
+        cast::<B>(data).iter().all(ok)
+    }
+    use GgmlType::*;
+    match ty {
+        F32 => data.chunks_exact(4).all(|b| float::f32_at(b).is_finite()),
+        F16 => data.chunks_exact(2).all(|b| float::f16_at(b).is_finite()),
+        BF16 => data.chunks_exact(2).all(|b| float::bf16_at(b).is_finite()),
+        Q4_0 => all(data, |b: &BlockQ4_0| b.d().is_finite()),
+        Q4_1 => all(data, |b: &BlockQ4_1| b.d().is_finite() && b.m().is_finite()),
+        Q5_0 => all(data, |b: &BlockQ5_0| b.d().is_finite()),
+        Q5_1 => all(data, |b: &BlockQ5_1| b.d().is_finite() && b.m().is_finite()),
+        Q8_0 => all(data, |b: &BlockQ8_0| b.d().is_finite()),
+        Q8_1 => all(data, |b: &BlockQ8_1| b.d().is_finite() && b.s().is_finite()),
+        Q2_K => all(data, |b: &BlockQ2_K| b.d().is_finite() && b.dmin().is_finite()),
+        Q3_K => all(data, |b: &BlockQ3_K| b.d().is_finite()),
+        Q4_K => all(data, |b: &BlockQ4_K| b.d().is_finite() && b.dmin().is_finite()),
+        Q5_K => all(data, |b: &BlockQ5_K| b.d().is_finite() && b.dmin().is_finite()),
+        Q6_K => all(data, |b: &BlockQ6_K| b.d().is_finite()),
+        Q8_K => all(data, |b: &BlockQ8_K| b.d().is_finite()),
+        IQ4_NL => all(data, |b: &BlockIQ4_NL| b.d().is_finite()),
+        IQ4_XS => all(data, |b: &BlockIQ4_XS| b.d().is_finite()),
+        _ => false,
+    }
 }
 
 /// Quantizes activations for [`vec_dot`] the way llama.cpp's CPU backend does on x86 and ARM

@@ -1,7 +1,6 @@
 //! Properties of the formats on random data: round trips within each format's error, the reference
 //! dot products against dequantize-then-dot, and the edge cases (zero, constant, spiky blocks).
 
-use super::blocks::*;
 use super::*;
 
 /// A small deterministic generator (SplitMix64) so the tests need no extra crates.
@@ -286,4 +285,18 @@ fn errors_are_clean() {
 #[should_panic(expected = "activation row")]
 fn vec_dot_rejects_wrong_activation_length() {
     vec_dot(GgmlType::Q4_0, 32, &[0; 18], &[0; 18]);
+}
+
+#[test]
+fn validation_catches_overflowing_scales() {
+    let big = vec![1e9f32; 256];
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
+        let q = quantize(ty, &big);
+        assert!(!validate_row_data(ty, &q), "{ty}: 1e9 fits?");
+        let fine = quantize(ty, &vec![0.5f32; 256]);
+        assert!(validate_row_data(ty, &fine), "{ty}");
+    }
+    assert!(validate_row_data(GgmlType::F32, &f32::MAX.to_le_bytes()));
+    assert!(!validate_row_data(GgmlType::F32, &f32::NAN.to_le_bytes()));
+    assert!(!validate_row_data(GgmlType::Q4_0, &[0u8; 17]));
 }
