@@ -18,6 +18,7 @@ pub mod quant;
 pub mod sample;
 pub mod stop;
 pub mod template;
+pub mod threads;
 pub mod tokenizer;
 
 pub use batch::Batch;

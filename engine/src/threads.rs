@@ -1,0 +1,516 @@
+//! A persistent thread pool for the forward pass, built for many small parallel steps.
+//!
+//! A decode step of a small model is a few hundred matmuls and attention calls of tens of
+//! microseconds each, so the cost of starting and joining a parallel step must be well under a
+//! microsecond. Workers spin on an epoch counter for a while after each step (so the next one
+//! starts at once) and only then park on a condition variable; the calling thread takes part as
+//! thread 0; work inside a step is handed out in chunks through an atomic counter (threads that
+//! finish early take more, so a thread the OS preempts does not hold the others up); a spinning
+//! barrier separates the phases of a step that depend on each other.
+//!
+//! A pool is made current for a closure with [`ThreadPool::install`]; the ops find it with
+//! [`current`]. Steps started from inside a step run on the calling thread alone.
+
+use std::cell::{Cell, UnsafeCell};
+use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before it parks (overridable with `OLLAMARS_SPIN_US`).
+const DEFAULT_SPIN: Duration = Duration::from_micros(2000);
+/// Independent work counters per step (one per phase that hands out chunks).
+const COUNTERS: usize = 8;
+
+type Job = dyn Fn(&Worker) + Sync;
+
+#[repr(align(128))]
+struct Padded<T>(T);
+
+struct Shared {
+    n_threads: usize,
+    spin: Duration,
+    /// Bumped once per step; workers wait for it to change.
+    epoch: Padded<AtomicUsize>,
+    /// The step's job, valid while the step runs (its lifetime is erased; `run` waits for every
+    /// worker before the borrow ends).
+    job: UnsafeCell<Option<*const Job>>,
+    /// Workers that have not finished the current step.
+    remaining: Padded<AtomicUsize>,
+    counters: [Padded<AtomicUsize>; COUNTERS],
+    barrier: Barrier,
+    panicked: AtomicBool,
+    sleepers: AtomicUsize,
+    sleep: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    /// Serializes steps started from different threads.
+    busy: Mutex<()>,
+}
+
+// SAFETY: `job` is written only by the thread holding `busy` while no worker reads it (between
+// steps) and read by workers only during a step; everything else is atomics or locks.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+/// A pool of `n_threads - 1` workers plus the calling thread.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// One thread's view of a running step.
+pub struct Worker<'a> {
+    /// This thread's index, `0..count` (the caller of `run` is 0).
+    pub index: usize,
+    /// Threads taking part in the step.
+    pub count: usize,
+    shared: Option<&'a Shared>,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const ThreadPool> = const { Cell::new(std::ptr::null()) };
+    static IN_STEP: Cell<bool> = const { Cell::new(false) };
+}
+
+impl ThreadPool {
+    /// A pool of `n_threads` threads in all (0: one per available CPU).
+    pub fn new(n_threads: usize) -> std::io::Result<ThreadPool> {
+        let spin = std::env::var("OLLAMARS_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(DEFAULT_SPIN, Duration::from_micros);
+        ThreadPool::with_spin(n_threads, spin)
+    }
+
+    /// A pool whose idle workers spin for `spin` before parking.
+    pub fn with_spin(n_threads: usize, spin: Duration) -> std::io::Result<ThreadPool> {
+        let n = if n_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            n_threads
+        };
+        let shared = Arc::new(Shared {
+            n_threads: n,
+            spin,
+            epoch: Padded(AtomicUsize::new(0)),
+            job: UnsafeCell::new(None),
+            remaining: Padded(AtomicUsize::new(0)),
+            counters: std::array::from_fn(|_| Padded(AtomicUsize::new(0))),
+            barrier: Barrier::new(n),
+            panicked: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            sleep: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            busy: Mutex::new(()),
+        });
+        let mut handles = Vec::with_capacity(n - 1);
+        for i in 1..n {
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("ollamars-worker-{i}"))
+                .spawn(move || worker_loop(&s, i));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // Stop the ones already started before reporting.
+                    drop(ThreadPool { shared, handles });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ThreadPool { shared, handles })
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.shared.n_threads
+    }
+
+    /// Runs `f` on every thread of the pool at once and returns when all have finished.
+    /// A panic in any thread is re-raised here after all threads are done.
+    pub fn run<F: Fn(&Worker) + Sync>(&self, f: F) {
+        let s = &*self.shared;
+        if s.n_threads == 1 || IN_STEP.with(|c| c.get()) {
+            f(&Worker { index: 0, count: 1, shared: None });
+            return;
+        }
+        let _busy = s.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let job: &(dyn Fn(&Worker) + Sync + '_) = &f;
+        // SAFETY: only the lifetime is erased: workers only read `job` after seeing the new epoch
+        // (Release below / Acquire there) and `Finish` below waits for all of them before `f`
+        // goes out of scope.
+        unsafe {
+            *s.job.get() = Some(std::mem::transmute::<&(dyn Fn(&Worker) + Sync + '_), *const Job>(job));
+        }
+        for c in &s.counters {
+            c.0.store(0, Ordering::Relaxed);
+        }
+        s.panicked.store(false, Ordering::Relaxed);
+        s.remaining.0.store(s.n_threads - 1, Ordering::Relaxed);
+        s.epoch.0.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        struct Finish<'a>(&'a Shared);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                let mut spins = 0u32;
+                while self.0.remaining.0.load(Ordering::Acquire) != 0 {
+                    spin_or_yield(&mut spins);
+                }
+                // SAFETY: no worker reads the job any more.
+                unsafe { *self.0.job.get() = None };
+            }
+        }
+        let finish = Finish(s);
+        IN_STEP.with(|c| c.set(true));
+        let r = catch_unwind(AssertUnwindSafe(|| f(&Worker { index: 0, count: s.n_threads, shared: Some(s) })));
+        IN_STEP.with(|c| c.set(false));
+        if r.is_err() {
+            // Let the other threads out of any barrier they are waiting in.
+            s.barrier.poison();
+        }
+        drop(finish);
+        s.barrier.reset();
+        if let Err(p) = r {
+            resume_unwind(p);
+        }
+        if s.panicked.load(Ordering::Relaxed) {
+            panic!("a worker thread panicked");
+        }
+    }
+
+    /// Calls `f` on chunks of `0..n` of `chunk` items (the last may be shorter), spread over the
+    /// threads with work stealing.
+    pub fn for_each_chunk<F: Fn(Range<usize>) + Sync>(&self, n: usize, chunk: usize, f: F) {
+        if n == 0 {
+            return;
+        }
+        if n <= chunk || self.n_threads() == 1 {
+            let mut s = 0;
+            while s < n {
+                f(s..(s + chunk).min(n));
+                s += chunk;
+            }
+            return;
+        }
+        self.run(|w| {
+            for r in w.chunks(0, n, chunk) {
+                f(r);
+            }
+        });
+    }
+
+    /// Makes this pool the one [`current`] returns on this thread while `f` runs.
+    pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(*const ThreadPool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(CURRENT.with(|c| c.replace(self)));
+        f()
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _g = self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Runs `f` with the pool installed on this thread (by [`ThreadPool::install`]), or with a
+/// process-wide pool of one thread per CPU if none is.
+pub fn with_current<R>(f: impl FnOnce(&ThreadPool) -> R) -> R {
+    let p = CURRENT.with(|c| c.get());
+    if p.is_null() {
+        static GLOBAL: OnceLock<ThreadPool> = OnceLock::new();
+        let g = GLOBAL.get_or_init(|| ThreadPool::new(0).unwrap_or_else(|_| ThreadPool::serial()));
+        f(g)
+    } else {
+        // SAFETY: `install` keeps the pool alive while the pointer is set.
+        f(unsafe { &*p })
+    }
+}
+
+impl ThreadPool {
+    /// A pool without workers: every step runs on the caller.
+    pub fn serial() -> ThreadPool {
+        ThreadPool::new(1).expect("a pool of one thread spawns nothing")
+    }
+}
+
+impl Worker<'_> {
+    /// Waits until every thread of the step has reached this point.
+    pub fn barrier(&self) {
+        if let Some(s) = self.shared {
+            s.barrier.wait();
+        }
+    }
+
+    /// The chunks of `0..n` this thread takes, handed out through counter `slot`
+    /// (`0..8`; each phase of a step that splits work needs its own).
+    pub fn chunks(&self, slot: usize, n: usize, chunk: usize) -> Chunks<'_> {
+        assert!(chunk > 0);
+        Chunks {
+            counter: self.shared.map(|s| &s.counters[slot].0),
+            next_local: 0,
+            n,
+            chunk,
+        }
+    }
+
+    /// A static share of `0..n` for this thread, in units of `align` (for work whose cost is
+    /// known to be even, where chunking would only cost synchronization).
+    pub fn share(&self, n: usize, align: usize) -> Range<usize> {
+        let units = n.div_ceil(align);
+        let (i, k) = (self.index, self.count);
+        let a = (units * i / k * align).min(n);
+        let b = (units * (i + 1) / k * align).min(n);
+        a..b
+    }
+}
+
+/// Iterator over the chunks one thread takes.
+pub struct Chunks<'a> {
+    counter: Option<&'a AtomicUsize>,
+    next_local: usize,
+    n: usize,
+    chunk: usize,
+}
+
+impl Iterator for Chunks<'_> {
+    type Item = Range<usize>;
+    fn next(&mut self) -> Option<Range<usize>> {
+        let i = match self.counter {
+            Some(c) => c.fetch_add(1, Ordering::Relaxed),
+            None => {
+                self.next_local += 1;
+                self.next_local - 1
+            }
+        };
+        let start = i.checked_mul(self.chunk)?;
+        (start < self.n).then(|| start..(start + self.chunk).min(self.n))
+    }
+}
+
+fn spin_or_yield(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 2000 {
+        std::hint::spin_loop();
+    } else {
+        // Another process may hold the CPU the awaited thread needs.
+        std::thread::yield_now();
+    }
+}
+
+fn worker_loop(s: &Shared, index: usize) {
+    // Epoch 0 is "no step yet": a step may already have been published before this thread ran.
+    let mut seen = 0;
+    loop {
+        // Spin for a while, then park.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if s.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            if s.epoch.0.load(Ordering::Acquire) != seen {
+                break;
+            }
+            spins += 1;
+            std::hint::spin_loop();
+            if spins.is_multiple_of(256) && start.elapsed() >= s.spin {
+                s.sleepers.fetch_add(1, Ordering::SeqCst);
+                let mut g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                while s.epoch.0.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
+                    g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                drop(g);
+                s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        seen = s.epoch.0.load(Ordering::Acquire);
+        // SAFETY: the epoch changed, so `run` published a job and waits for us before clearing it.
+        let job = unsafe { (*s.job.get()).expect("a step's job is set before its epoch") };
+        IN_STEP.with(|c| c.set(true));
+        let w = Worker { index, count: s.n_threads, shared: Some(s) };
+        // SAFETY: see above; the pointer is valid until `remaining` reaches 0.
+        if catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(&w) })).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+            s.barrier.poison();
+        }
+        IN_STEP.with(|c| c.set(false));
+        s.remaining.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A sense-reversing spin barrier for the threads of one step.
+struct Barrier {
+    n: usize,
+    arrived: Padded<AtomicUsize>,
+    generation: Padded<AtomicUsize>,
+    poisoned: AtomicBool,
+}
+
+impl Barrier {
+    fn new(n: usize) -> Barrier {
+        Barrier {
+            n,
+            arrived: Padded(AtomicUsize::new(0)),
+            generation: Padded(AtomicUsize::new(0)),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    fn wait(&self) {
+        if self.poisoned.load(Ordering::Relaxed) {
+            panic!("another thread of the step panicked");
+        }
+        let gen = self.generation.0.load(Ordering::Acquire);
+        if self.arrived.0.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.arrived.0.store(0, Ordering::Relaxed);
+            self.generation.0.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.0.load(Ordering::Acquire) == gen {
+            if self.poisoned.load(Ordering::Relaxed) {
+                panic!("another thread of the step panicked");
+            }
+            spin_or_yield(&mut spins);
+        }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Relaxed);
+    }
+
+    /// Back to a clean state between steps (after a panic left it poisoned or half-passed).
+    fn reset(&self) {
+        if self.poisoned.swap(false, Ordering::Relaxed) {
+            self.arrived.0.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn every_chunk_is_done_once() {
+        let pool = ThreadPool::new(3).unwrap();
+        for n in [0, 1, 7, 100, 1001] {
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            pool.for_each_chunk(n, 16, |r| {
+                for i in r {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n={n}");
+        }
+    }
+
+    #[test]
+    fn phases_separated_by_barriers_see_each_others_writes() {
+        let pool = ThreadPool::new(4).unwrap();
+        let n = 1000;
+        let a: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let b: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        for round in 0..50u64 {
+            pool.run(|w| {
+                for r in w.chunks(0, n, 7) {
+                    for i in r {
+                        a[i].store(i as u64 + round, Ordering::Relaxed);
+                    }
+                }
+                w.barrier();
+                for r in w.chunks(1, n, 13) {
+                    for i in r {
+                        // Reads an element another thread may have written.
+                        let j = n - 1 - i;
+                        b[i].store(a[j].load(Ordering::Relaxed) * 2, Ordering::Relaxed);
+                    }
+                }
+            });
+            for i in 0..n {
+                assert_eq!(b[i].load(Ordering::Relaxed), 2 * ((n - 1 - i) as u64 + round));
+            }
+        }
+    }
+
+    #[test]
+    fn static_shares_cover_the_range() {
+        let pool = ThreadPool::new(3).unwrap();
+        let seen = Mutex::new(Vec::new());
+        pool.run(|w| seen.lock().unwrap().push(w.share(100, 16)));
+        let mut v = seen.into_inner().unwrap();
+        v.sort_by_key(|r| r.start);
+        assert_eq!(v.first().unwrap().start, 0);
+        assert_eq!(v.last().unwrap().end, 100);
+        for p in v.windows(2) {
+            assert_eq!(p[0].end, p[1].start);
+            assert_eq!(p[0].start % 16, 0);
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_worker_reaches_the_caller_and_the_pool_still_works() {
+        let pool = ThreadPool::new(2).unwrap();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(|w| {
+                if w.index == 1 {
+                    panic!("boom");
+                }
+                w.barrier();
+            })
+        }));
+        assert!(r.is_err());
+        let count = AtomicUsize::new(0);
+        pool.run(|w| {
+            w.barrier();
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn nested_steps_run_on_the_calling_thread_and_install_sets_current() {
+        let pool = ThreadPool::new(2).unwrap();
+        let total = AtomicUsize::new(0);
+        pool.install(|| {
+            with_current(|p| {
+                assert!(std::ptr::eq(p, &pool));
+                p.run(|_| {
+                    with_current(|q| q.for_each_chunk(10, 3, |r| _ = total.fetch_add(r.len(), Ordering::Relaxed)));
+                });
+            })
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 20);
+    }
+
+    #[test]
+    fn workers_that_parked_wake_up() {
+        let pool = ThreadPool::with_spin(2, Duration::from_micros(1)).unwrap();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(2));
+            let count = AtomicUsize::new(0);
+            pool.run(|_| _ = count.fetch_add(1, Ordering::Relaxed));
+            assert_eq!(count.load(Ordering::Relaxed), 2);
+        }
+    }
+}
