@@ -8,15 +8,15 @@
 //! forces a lower tier (tests run every tier the CPU allows through the explicit-`Isa` entry
 //! points). A binary built for generic x86-64 uses AVX2 / AVX-512 wherever the CPU has them.
 //!
-//! Invariants: every tier computes the same integer sums per block as the scalar reference and
-//! differs from it only in the order of f32 additions; activation quantization is bit-identical
-//! across tiers.
+//! The `Scalar` tier is `crate::quant`'s reference arithmetic itself. Invariants: every tier
+//! computes the same integer sums per block as that reference and differs from it only in the
+//! order of f32 additions; activation quantization is bit-identical to
+//! [`crate::quant::quantize_activations`] (llama.cpp's SIMD rounding) on every tier.
 
 // Kernels index several parallel arrays (rows x accumulators x scales) with one loop variable.
 #![allow(clippy::needless_range_loop)]
 
 mod blocks;
-pub mod scalar;
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -29,12 +29,12 @@ mod tests;
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::quant::GgmlType;
+use crate::quant::{self, GgmlType};
 
 /// An instruction-set tier with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
-    /// Portable Rust, any CPU.
+    /// Portable Rust, any CPU: `crate::quant`'s reference arithmetic.
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Haswell, Zen 1 and later).
     Avx2,
@@ -158,15 +158,7 @@ pub fn has_kernel(ty: GgmlType) -> bool {
 /// The format activations are converted to before being dotted with weights of type `ty`
 /// (ggml's `vec_dot_type`).
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
-    use GgmlType::*;
-    match ty {
-        F32 => F32,
-        F16 => F16,
-        BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
-        Q4_1 | Q5_1 => Q8_1,
-        _ => Q8_K,
-    }
+    quant::vec_dot_type(ty)
 }
 
 /// Bytes of a row of `n` values of `ty`; panics unless `n` is a whole number of blocks.
@@ -205,12 +197,9 @@ pub fn quantize_act(isa: Isa, ty: GgmlType, x: &[f32], out: &mut [u8]) {
                 }
             }
         }
-        (_, Q8_0) => scalar::quantize_q8_0(x, out),
-        (_, Q8_1) => scalar::quantize_q8_1(x, out),
-        (_, Q8_K) => scalar::quantize_q8_k(x, out),
-        (_, F16) => scalar::quantize_f16(x, out),
-        (_, BF16) => scalar::quantize_bf16(x, out),
-        (_, F32) => scalar::quantize_f32(x, out),
+        (_, Q8_0 | Q8_1 | Q8_K | F16 | BF16 | F32) => {
+            quant::quantize_activations(ty, x, out).expect("sizes checked above");
+        }
         _ => panic!("{ty} is not an activation format"),
     }
 }
@@ -247,8 +236,9 @@ pub fn dot_rows(isa: Isa, ty: GgmlType, n: usize, w: &[u8], w_stride: usize, a: 
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => unsafe { neon::dot_rows(ty, n, wp, w_stride, ap, out) },
         _ => {
+            let a = &a[..row_bytes(vec_dot_type(ty), n)];
             for (r, o) in out.iter_mut().enumerate() {
-                *o = scalar::vec_dot(ty, n, &w[r * w_stride..r * w_stride + wrb], a);
+                *o = quant::vec_dot(ty, n, &w[r * w_stride..r * w_stride + wrb], a);
             }
         }
     }

@@ -10,7 +10,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::blocks::*;
-use super::scalar;
+use crate::quant::blocks::{q3_k_scales, scale_min_k4};
 use crate::quant::GgmlType;
 
 #[target_feature(enable = "neon,dotprod")]
@@ -152,11 +152,11 @@ unsafe fn q45k_rows<const R: usize>(q5: bool, nb: usize, w: *const u8, ws: usize
         let (da, q8, bs) = q8k_parts(a, i);
         for (r, o) in out.iter_mut().enumerate() {
             let wp = w.add(r * ws + i * wb);
-            let sb = std::slice::from_raw_parts(wp.add(4), 12);
+            let sb = &*(wp.add(4) as *const [u8; 12]);
             let mut sumi = vdupq_n_s32(0);
             let mut summ = 0i32;
             for j in 0..8 {
-                let (sc, m) = scalar::k4_scale_min(sb, j);
+                let (sc, m) = scale_min_k4(j, sb);
                 summ += i32::from(m) * (bsum(bs, 2 * j) + bsum(bs, 2 * j + 1));
                 let (c, hi) = (j / 2, j % 2);
                 let mut p = vdupq_n_s32(0);
@@ -238,7 +238,7 @@ unsafe fn q3k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const
         let (da, q8, _) = q8k_parts(a, i);
         for (r, o) in out.iter_mut().enumerate() {
             let wp = w.add(r * ws + i * Q3_K_BYTES);
-            let sc = scalar::q3k_scales(std::slice::from_raw_parts(wp.add(96), 12));
+            let sc = q3_k_scales(&*(wp.add(96) as *const [u8; 12]));
             let mut sumi = vdupq_n_s32(0);
             for h in 0..2 {
                 for j in 0..4 {
@@ -250,7 +250,7 @@ unsafe fn q3k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const
                         let q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<2>(hb))), o4);
                         let e = 128 * h + 32 * j + 16 * g;
                         let p = sdot(vdupq_n_s32(0), q, ld8(q8.add(e)));
-                        sumi = vmlaq_n_s32(sumi, p, sc[e / 16]);
+                        sumi = vmlaq_n_s32(sumi, p, i32::from(sc[e / 16]));
                     }
                 }
             }
@@ -291,6 +291,14 @@ unsafe fn q2k_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const
     out
 }
 
+/// IQ4_XS sub-block `ib`'s scale (6 bits, minus 32).
+#[inline(always)]
+unsafe fn iq4xs_scale(p: *const u8, ib: usize) -> i16 {
+    let sh = (p.add(2) as *const u16).read_unaligned();
+    let lo = (*p.add(4 + ib / 2) >> (4 * (ib % 2))) & 15;
+    i16::from(lo | ((((sh >> (2 * ib)) & 3) as u8) << 4)) - 32
+}
+
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
 unsafe fn iq4xs_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
@@ -300,7 +308,6 @@ unsafe fn iq4xs_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *con
         let (da, q8, _) = q8k_parts(a, i);
         for (r, o) in out.iter_mut().enumerate() {
             let wp = w.add(r * ws + i * IQ4_XS_BYTES);
-            let hdr = std::slice::from_raw_parts(wp, 8);
             let mut sumi = vdupq_n_s32(0);
             for ib in 0..8 {
                 let (l, h) = nibbles(wp.add(8 + 16 * ib));
@@ -311,7 +318,7 @@ unsafe fn iq4xs_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *con
                     h,
                     ld8(q8.add(32 * ib + 16)),
                 );
-                sumi = vmlaq_n_s32(sumi, p, scalar::iq4xs_scale(hdr, ib));
+                sumi = vmlaq_n_s32(sumi, p, i32::from(iq4xs_scale(wp, ib)));
             }
             *o += ld_f16(wp) * da * vaddvq_s32(sumi) as f32;
         }
@@ -402,7 +409,8 @@ pub unsafe fn dot_rows(ty: GgmlType, n: usize, w: *const u8, ws: usize, a: *cons
     }
 }
 
-/// One 32-block: `d` and the quants (`roundf`, i.e. FCVTAS) written to `out`; returns (d, Σq).
+/// One 32-block as llama.cpp's NEON code quantizes it (`x * 127/amax`, rounded half to even,
+/// FCVTNS): the quants written to `out`; returns (d, Σq).
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn q8_block(x: *const f32, out: *mut u8) -> (f32, i32) {
@@ -413,8 +421,8 @@ unsafe fn q8_block(x: *const f32, out: *mut u8) -> (f32, i32) {
     }
     let amax = vmaxvq_f32(m);
     let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtaq_s32_f32(vmulq_n_f32(v[k], id)));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtnq_s32_f32(vmulq_n_f32(v[k], id)));
     let mut sum = vdupq_n_s32(0);
     for k in 0..8 {
         sum = vaddq_s32(sum, q[k]);

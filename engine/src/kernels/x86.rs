@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::*;
-use super::scalar;
+use crate::quant::blocks::{q3_k_scales, scale_min_k4};
 use crate::quant::GgmlType;
 
 // ---------------------------------------------------------------------------------------------
@@ -297,10 +297,10 @@ unsafe fn bsums32(bs: *const u8) -> [i32; 8] {
 /// Q4_K / Q5_K scales and mins (6 bits each, 12 bytes) as 8 + 8 bytes.
 #[inline(always)]
 unsafe fn k4_scales(p: *const u8) -> ([u8; 8], [u8; 8]) {
-    let s = std::slice::from_raw_parts(p, 12);
+    let s = &*(p as *const [u8; 12]);
     let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
-        (sc[j], m[j]) = scalar::k4_scale_min(s, j);
+        (sc[j], m[j]) = scale_min_k4(j, s);
     }
     (sc, m)
 }
@@ -459,9 +459,9 @@ unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
         let mut sumi = [_mm256_setzero_si256(); R];
         for r in 0..R {
             let wp = w.add(r * ws + i * Q3_K_BYTES);
-            let s = scalar::q3k_scales(std::slice::from_raw_parts(wp.add(96), 12));
+            let s = q3_k_scales(&*(wp.add(96) as *const [u8; 12]));
             for j in 0..16 {
-                sc[r][j] = s[j] as i16;
+                sc[r][j] = i16::from(s[j]);
             }
             let d = ld_f16(wp.add(108)) * da;
             acco[r] -= d * (4 * scaled_bsums(&sc[r], bs)) as f32;
@@ -543,6 +543,14 @@ unsafe fn q2k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
     out
 }
 
+/// IQ4_XS sub-block `ib`'s scale (6 bits, minus 32).
+#[inline(always)]
+pub(super) unsafe fn iq4xs_scale(p: *const u8, ib: usize) -> i16 {
+    let sh = (p.add(2) as *const u16).read_unaligned();
+    let lo = (*p.add(4 + ib / 2) >> (4 * (ib % 2))) & 15;
+    i16::from(lo | ((((sh >> (2 * ib)) & 3) as u8) << 4)) - 32
+}
+
 #[inline(always)]
 unsafe fn iq4xs_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
     let mut acc = [_mm256_setzero_ps(); R];
@@ -556,8 +564,7 @@ unsafe fn iq4xs_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize
                 let wp = w.add(r * ws + i * IQ4_XS_BYTES);
                 let kv = _mm256_shuffle_epi8(table, nibbles32(wp.add(8 + 16 * ib)));
                 let p = maddubs(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(av, kv));
-                let ls = scalar::iq4xs_scale(std::slice::from_raw_parts(wp, 8), ib);
-                sumi[r] = D::dpwssd(sumi[r], p, _mm256_set1_epi16(ls as i16));
+                sumi[r] = D::dpwssd(sumi[r], p, _mm256_set1_epi16(iq4xs_scale(wp, ib)));
             }
         }
         for r in 0..R {
@@ -861,20 +868,6 @@ rows_driver!(
 // ---------------------------------------------------------------------------------------------
 // Activation quantization, bit-identical to the scalar references.
 
-/// `roundf`: round half away from zero, exactly (the fraction `v - trunc(v)` is exact).
-#[inline(always)]
-unsafe fn round_away(v: __m256) -> __m256 {
-    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    let frac = _mm256_sub_ps(v, t);
-    let sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0));
-    let half = _mm256_cmp_ps(
-        _mm256_andnot_ps(_mm256_set1_ps(-0.0), frac),
-        _mm256_set1_ps(0.5),
-        _CMP_GE_OQ,
-    );
-    _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(sign, _mm256_set1_ps(1.0))))
-}
-
 /// Four vectors of 8 i32 (each in -128..=127) as 32 bytes in order.
 #[inline(always)]
 unsafe fn pack_i32x32(i0: __m256i, i1: __m256i, i2: __m256i, i3: __m256i) -> __m256i {
@@ -897,15 +890,17 @@ unsafe fn amax32(x: *const f32) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Quantizes one 32-block to `out` (32 bytes); returns the f32 scale and the sum of the quants.
+/// Quantizes one 32-block to `out` (32 bytes) as llama.cpp's SIMD code does (`x * 127/amax`,
+/// rounded half to even); returns the f32 scale and the sum of the quants.
 #[inline(always)]
 unsafe fn q8_block(x: *const f32, out: *mut u8) -> (f32, i32) {
     let amax = amax32(x);
     let d = amax / 127.0;
-    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
     let mut q = [_mm256_setzero_si256(); 4];
     for (k, qk) in q.iter_mut().enumerate() {
-        *qk = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), id)));
+        // cvtps rounds to nearest even (the default MXCSR mode).
+        *qk = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), id));
     }
     let sum = hsum_epi32(_mm256_add_epi32(
         _mm256_add_epi32(q[0], q[1]),
@@ -995,5 +990,7 @@ pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
         let h = _mm256_cvtps_ph(_mm256_loadu_ps(x.as_ptr().add(i)), _MM_FROUND_TO_NEAREST_INT);
         _mm_storeu_si128(out.as_mut_ptr().add(2 * i) as *mut __m128i, h);
     }
-    scalar::quantize_f16(&x[n8..], &mut out[2 * n8..]);
+    for (v, o) in x[n8..].iter().zip(out[2 * n8..].chunks_exact_mut(2)) {
+        o.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes());
+    }
 }
