@@ -134,7 +134,11 @@ impl ThreadPool {
     pub fn run<F: Fn(&Worker) + Sync>(&self, f: F) {
         let s = &*self.shared;
         if s.n_threads == 1 || IN_STEP.with(|c| c.get()) {
-            f(&Worker { index: 0, count: 1, shared: None });
+            f(&Worker {
+                index: 0,
+                count: 1,
+                shared: None,
+            });
             return;
         }
         let _busy = s.busy.lock().unwrap_or_else(|e| e.into_inner());
@@ -143,7 +147,9 @@ impl ThreadPool {
         // (Release below / Acquire there) and `Finish` below waits for all of them before `f`
         // goes out of scope.
         unsafe {
-            *s.job.get() = Some(std::mem::transmute::<&(dyn Fn(&Worker) + Sync + '_), *const Job>(job));
+            *s.job.get() = Some(std::mem::transmute::<&(dyn Fn(&Worker) + Sync + '_), *const Job>(
+                job,
+            ));
         }
         for c in &s.counters {
             c.0.store(0, Ordering::Relaxed);
@@ -168,7 +174,13 @@ impl ThreadPool {
         }
         let finish = Finish(s);
         IN_STEP.with(|c| c.set(true));
-        let r = catch_unwind(AssertUnwindSafe(|| f(&Worker { index: 0, count: s.n_threads, shared: Some(s) })));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            f(&Worker {
+                index: 0,
+                count: s.n_threads,
+                shared: Some(s),
+            })
+        }));
         IN_STEP.with(|c| c.set(false));
         if r.is_err() {
             // Let the other threads out of any barrier they are waiting in.
@@ -346,7 +358,11 @@ fn worker_loop(s: &Shared, index: usize) {
         // SAFETY: the epoch changed, so `run` published a job and waits for us before clearing it.
         let job = unsafe { (*s.job.get()).expect("a step's job is set before its epoch") };
         IN_STEP.with(|c| c.set(true));
-        let w = Worker { index, count: s.n_threads, shared: Some(s) };
+        let w = Worker {
+            index,
+            count: s.n_threads,
+            shared: Some(s),
+        };
         // SAFETY: see above; the pointer is valid until `remaining` reaches 0.
         if catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(&w) })).is_err() {
             s.panicked.store(true, Ordering::Relaxed);
@@ -447,8 +463,8 @@ mod tests {
                     }
                 }
             });
-            for i in 0..n {
-                assert_eq!(b[i].load(Ordering::Relaxed), 2 * ((n - 1 - i) as u64 + round));
+            for (i, v) in b.iter().enumerate() {
+                assert_eq!(v.load(Ordering::Relaxed), 2 * ((n - 1 - i) as u64 + round));
             }
         }
     }
@@ -496,7 +512,9 @@ mod tests {
             with_current(|p| {
                 assert!(std::ptr::eq(p, &pool));
                 p.run(|_| {
-                    with_current(|q| q.for_each_chunk(10, 3, |r| _ = total.fetch_add(r.len(), Ordering::Relaxed)));
+                    with_current(|q| {
+                        q.for_each_chunk(10, 3, |r| _ = total.fetch_add(r.len(), Ordering::Relaxed))
+                    });
                 });
             })
         });

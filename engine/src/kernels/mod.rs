@@ -17,6 +17,8 @@
 #![allow(clippy::needless_range_loop)]
 
 mod blocks;
+pub mod gemm;
+pub mod matmul;
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -24,7 +26,7 @@ mod neon;
 mod x86;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::sync::OnceLock;

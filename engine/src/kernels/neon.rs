@@ -487,3 +487,110 @@ pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
         y[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// GEMM micro-kernel over an expanded panel (see `gemm.rs`): 16 rows x 2 tokens per pass, `sdot`
+// by lane (the token's four activation bytes of a step are one 32-bit lane).
+
+use super::gemm::{Tile, PANEL_ROWS};
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    asm!("sdot {0:v}.4s, {1:v}.16b, {2:v}.4b[{l}]", inout(vreg) acc, in(vreg) w, in(vreg) a, l = const L,
+         options(pure, nomem, nostack, preserves_flags));
+    acc
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn gemm_tile<const C: usize, const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    let p = g.panel;
+    let n_sub = p.n_sub;
+    let vals = p.vals.as_ptr();
+    let steps = SUB / 4;
+    let mut accf = [[vdupq_n_f32(0.0); 4]; C];
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    for j in 0..n_sub {
+        let mut acci = [[vdupq_n_s32(0); 4]; C];
+        let qo = g.side.qoff[j] as usize;
+        for kk in 0..SUB / 16 {
+            let a: [int8x16_t; C] = std::array::from_fn(|c| ld8(arow[c].add(qo + 16 * kk)));
+            macro_rules! step {
+                ($l:literal) => {{
+                    let base = vals.add((j * steps + 4 * kk + $l) * 64);
+                    let w: [int8x16_t; 4] = std::array::from_fn(|q| vld1q_s8(base.add(16 * q)));
+                    for c in 0..C {
+                        for q in 0..4 {
+                            acci[c][q] = sdot_lane::<$l>(acci[c][q], w[q], a[c]);
+                        }
+                    }
+                }};
+            }
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+        }
+        let ws: [float32x4_t; 4] =
+            std::array::from_fn(|q| vld1q_f32(p.scales.as_ptr().add(j * PANEL_ROWS + 4 * q)));
+        for c in 0..C {
+            let d = g.side.d[(t0 + c) * n_sub + j];
+            for q in 0..4 {
+                accf[c][q] = vfmaq_f32(accf[c][q], vcvtq_f32_s32(acci[c][q]), vmulq_n_f32(ws[q], d));
+            }
+        }
+        if MIN {
+            for c in 0..C {
+                let m = g.side.msum[(t0 + c) * n_sub + j];
+                for q in 0..4 {
+                    let wm = vld1q_f32(p.mins.as_ptr().add(j * PANEL_ROWS + 4 * q));
+                    accf[c][q] = vfmaq_n_f32(accf[c][q], wm, m);
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        let mut tmp = [0f32; 16];
+        for q in 0..4 {
+            vst1q_f32(tmp.as_mut_ptr().add(4 * q), accf[c][q]);
+        }
+        std::ptr::copy_nonoverlapping(tmp.as_ptr(), out.add((t0 + c) * os), rows);
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn gemm_body<const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    let mut t = tokens.start;
+    while t + 2 <= tokens.end {
+        gemm_tile::<2, SUB, MIN>(g, t, out, os, rows);
+        t += 2;
+    }
+    if t < tokens.end {
+        gemm_tile::<1, SUB, MIN>(g, t, out, os, rows);
+    }
+}
+
+/// Tokens `tokens` of the batch against the panel: `out[t * os + r]` for `r < rows`.
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn gemm(g: &Tile, tokens: std::ops::Range<usize>, out: *mut f32, os: usize, rows: usize) {
+    match (g.e.sub, g.e.has_min) {
+        (32, false) => gemm_body::<32, false>(g, tokens, out, os, rows),
+        (32, true) => gemm_body::<32, true>(g, tokens, out, os, rows),
+        (16, false) => gemm_body::<16, false>(g, tokens, out, os, rows),
+        _ => gemm_body::<16, true>(g, tokens, out, os, rows),
+    }
+}

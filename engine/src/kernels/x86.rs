@@ -994,3 +994,199 @@ pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
         o.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes());
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// GEMM micro-kernels over an expanded panel (see `gemm.rs`): 16 rows x C tokens per pass.
+
+use super::gemm::{Tile, PANEL_ROWS};
+
+/// AVX-512 VNNI: values biased by +128 (unsigned), so each sub-block's integer sum starts at
+/// `-128 * Σa` and one `vpdpbusd` per step and token covers the 16 rows.
+#[inline(always)]
+unsafe fn gemm_tile512<const C: usize, const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+    mask: __mmask16,
+) {
+    let p = g.panel;
+    let n_sub = p.n_sub;
+    let vals = p.vals.as_ptr() as *const u8;
+    let (sd, ss, sm) = (g.side.d.as_ptr(), g.side.sum.as_ptr(), g.side.msum.as_ptr());
+    let steps = SUB / 4;
+    let mut accf = [_mm512_setzero_ps(); C];
+    let mut arow = [std::ptr::null::<u8>(); C];
+    for c in 0..C {
+        arow[c] = g.xq.as_ptr().add((t0 + c) * g.row_bytes);
+    }
+    for j in 0..n_sub {
+        let mut acci = [_mm512_setzero_si512(); C];
+        for c in 0..C {
+            acci[c] = _mm512_set1_epi32(-128 * *ss.add((t0 + c) * n_sub + j));
+        }
+        let qo = *g.side.qoff.get_unchecked(j) as usize;
+        let wp = vals.add(j * steps * 64);
+        for k in 0..steps {
+            let wv = _mm512_loadu_si512(wp.add(64 * k) as *const _);
+            for c in 0..C {
+                let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
+                acci[c] = _mm512_dpbusd_epi32(acci[c], wv, _mm512_set1_epi32(a));
+            }
+        }
+        let ws = _mm512_loadu_ps(p.scales.as_ptr().add(j * PANEL_ROWS));
+        for c in 0..C {
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + j));
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(ws, d), accf[c]);
+        }
+        if MIN {
+            let wm = _mm512_loadu_ps(p.mins.as_ptr().add(j * PANEL_ROWS));
+            for c in 0..C {
+                accf[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + j)), accf[c]);
+            }
+        }
+    }
+    for c in 0..C {
+        _mm512_mask_storeu_ps(out.add((t0 + c) * os), mask, accf[c]);
+    }
+}
+
+/// AVX2: signed values, eight rows per vector (the panel's two halves in turn), products through
+/// the sign trick into `maddubs` + `madd`.
+#[inline(always)]
+unsafe fn gemm_tile256<const C: usize, const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    t0: usize,
+    half: usize,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    let p = g.panel;
+    let n_sub = p.n_sub;
+    let vals = (p.vals.as_ptr() as *const u8).add(32 * half);
+    let (sd, sm) = (g.side.d.as_ptr(), g.side.msum.as_ptr());
+    let steps = SUB / 4;
+    let ones = _mm256_set1_epi16(1);
+    let mut accf = [_mm256_setzero_ps(); C];
+    let mut arow = [std::ptr::null::<u8>(); C];
+    for c in 0..C {
+        arow[c] = g.xq.as_ptr().add((t0 + c) * g.row_bytes);
+    }
+    for j in 0..n_sub {
+        let mut acci = [_mm256_setzero_si256(); C];
+        let qo = *g.side.qoff.get_unchecked(j) as usize;
+        let wp = vals.add(j * steps * 64);
+        for k in 0..steps {
+            let wv = _mm256_loadu_si256(wp.add(64 * k) as *const __m256i);
+            let wabs = _mm256_sign_epi8(wv, wv);
+            for c in 0..C {
+                let a = _mm256_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
+                let prod = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, wv));
+                acci[c] = _mm256_add_epi32(acci[c], _mm256_madd_epi16(prod, ones));
+            }
+        }
+        let ws = _mm256_loadu_ps(p.scales.as_ptr().add(j * PANEL_ROWS + 8 * half));
+        for c in 0..C {
+            let d = _mm256_set1_ps(*sd.add((t0 + c) * n_sub + j));
+            accf[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acci[c]), _mm256_mul_ps(ws, d), accf[c]);
+        }
+        if MIN {
+            let wm = _mm256_loadu_ps(p.mins.as_ptr().add(j * PANEL_ROWS + 8 * half));
+            for c in 0..C {
+                accf[c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(*sm.add((t0 + c) * n_sub + j)), accf[c]);
+            }
+        }
+    }
+    for c in 0..C {
+        let dst = out.add((t0 + c) * os + 8 * half);
+        if rows >= 8 {
+            _mm256_storeu_ps(dst, accf[c]);
+        } else {
+            let mut tmp = [0f32; 8];
+            _mm256_storeu_ps(tmp.as_mut_ptr(), accf[c]);
+            std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, rows);
+        }
+    }
+}
+
+macro_rules! gemm_driver {
+    ($name:ident, $feat:literal, $body:ident) => {
+        /// Tokens `tokens` of the batch against the panel: `out[t * os + r]` for `r < rows`.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $name(
+            g: &Tile,
+            tokens: std::ops::Range<usize>,
+            out: *mut f32,
+            os: usize,
+            rows: usize,
+        ) {
+            match (g.e.sub, g.e.has_min) {
+                (32, false) => $body::<32, false>(g, tokens, out, os, rows),
+                (32, true) => $body::<32, true>(g, tokens, out, os, rows),
+                (16, false) => $body::<16, false>(g, tokens, out, os, rows),
+                _ => $body::<16, true>(g, tokens, out, os, rows),
+            }
+        }
+    };
+}
+
+#[inline(always)]
+unsafe fn gemm512_body<const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    let mask: __mmask16 = if rows >= 16 {
+        0xffff
+    } else {
+        ((1u32 << rows) - 1) as u16
+    };
+    let mut t = tokens.start;
+    while t + 8 <= tokens.end {
+        gemm_tile512::<8, SUB, MIN>(g, t, out, os, mask);
+        t += 8;
+    }
+    if t + 4 <= tokens.end {
+        gemm_tile512::<4, SUB, MIN>(g, t, out, os, mask);
+        t += 4;
+    }
+    while t < tokens.end {
+        gemm_tile512::<1, SUB, MIN>(g, t, out, os, mask);
+        t += 1;
+    }
+}
+
+#[inline(always)]
+unsafe fn gemm256_body<const SUB: usize, const MIN: bool>(
+    g: &Tile,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    for half in 0..2 {
+        if rows <= 8 * half {
+            break;
+        }
+        let hr = (rows - 8 * half).min(8);
+        let mut t = tokens.start;
+        while t + 4 <= tokens.end {
+            gemm_tile256::<4, SUB, MIN>(g, t, half, out, os, hr);
+            t += 4;
+        }
+        while t < tokens.end {
+            gemm_tile256::<1, SUB, MIN>(g, t, half, out, os, hr);
+            t += 1;
+        }
+    }
+}
+
+gemm_driver!(
+    gemm_avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni",
+    gemm512_body
+);
+gemm_driver!(gemm_avx2, "avx2,fma,f16c", gemm256_body);

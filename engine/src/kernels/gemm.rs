@@ -1,0 +1,359 @@
+//! Matrix x matrix for batches of tokens (prompt processing).
+//!
+//! Weights stay in the file's layout. For each panel of 16 weight rows the kernel first *expands*
+//! the rows into a small interleaved buffer (signed 8-bit values, four of each row in turn, plus one
+//! f32 scale, and for some formats one f32 minimum, per row and sub-block), then runs one
+//! register-tiled micro-kernel over every token of the batch: each 64-byte load of the panel feeds
+//! 16 rows x up to 8 tokens of integer dot products (VNNI `vpdpbusd` with the token's four
+//! activation bytes broadcast, or NEON `sdot` by lane). The expansion is paid once per panel and
+//! spread over all tokens, so one micro-kernel serves every weight type.
+//!
+//! Per sub-block of `S` elements (32, or 16 for Q2_K/Q3_K/Q6_K), row `r` and token `t`:
+//! `out += s_r * d_t * Σ v_i a_i  -  m_r * msum_t`, where `v_i` are the expanded values,
+//! `d_t` the activation scale and `msum_t` the activation sum term of that sub-block. This is the
+//! same integer sum per sub-block as the reference, scaled in f32.
+
+use super::blocks::IQ4NL_VALUES;
+use crate::quant::blocks::{q3_k_scales, scale_min_k4};
+use crate::quant::GgmlType;
+
+/// Weight rows per panel.
+pub const PANEL_ROWS: usize = 16;
+
+/// How a weight type expands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expansion {
+    /// Elements per sub-block (one scale per row and sub-block).
+    pub sub: usize,
+    /// Whether rows have a per-sub-block minimum (`w = s*v + m` or `s*v - m`).
+    pub has_min: bool,
+}
+
+/// Whether `ty` has a GEMM expansion, and its shape.
+pub fn expansion(ty: GgmlType) -> Option<Expansion> {
+    use GgmlType::*;
+    let (sub, has_min) = match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => (32, false),
+        Q4_1 | Q5_1 | Q4_K | Q5_K => (32, true),
+        Q6_K | Q3_K => (16, false),
+        Q2_K => (16, true),
+        _ => return None,
+    };
+    Some(Expansion { sub, has_min })
+}
+
+/// One expanded panel: `vals[j][k][r][4]` (sub-block `j`, step `k` of four elements, row `r`),
+/// `scales[j][r]`, `mins[j][r]`. Rows past the matrix's end have zero values and scales.
+pub struct Panel {
+    pub vals: Vec<i8>,
+    pub scales: Vec<f32>,
+    pub mins: Vec<f32>,
+    pub n_sub: usize,
+}
+
+impl Panel {
+    pub fn new() -> Panel {
+        Panel {
+            vals: Vec::new(),
+            scales: Vec::new(),
+            mins: Vec::new(),
+            n_sub: 0,
+        }
+    }
+}
+
+impl Default for Panel {
+    fn default() -> Self {
+        Panel::new()
+    }
+}
+
+#[inline]
+fn f16(b: &[u8], o: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
+}
+
+/// Expands rows `rows` (at most [`PANEL_ROWS`]) of `n` elements of type `ty`; row `r` is
+/// `w[r * row_bytes..]`. With `biased` the values are stored plus 128 (as unsigned bytes, for
+/// VNNI's unsigned x signed products).
+pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, biased: bool, p: &mut Panel) {
+    let e = expansion(ty).expect("type has an expansion");
+    assert!(rows <= PANEL_ROWS);
+    let n_sub = n / e.sub;
+    p.n_sub = n_sub;
+    p.vals.clear();
+    p.vals.resize(n * PANEL_ROWS, if biased { i8::MIN } else { 0 });
+    p.scales.clear();
+    p.scales.resize(n_sub * PANEL_ROWS, 0.0);
+    p.mins.clear();
+    if e.has_min {
+        p.mins.resize(n_sub * PANEL_ROWS, 0.0);
+    }
+    let mut v = [0i8; 256];
+    for r in 0..rows {
+        let row = &w[r * row_bytes..r * row_bytes + ty.row_bytes(n as u64).expect("whole blocks") as usize];
+        let bb = ty.type_size() as usize;
+        let bs = ty.block_size() as usize;
+        for (bi, b) in row.chunks_exact(bb).enumerate() {
+            // Values of this block into `v`, scales/mins per sub-block into the panel.
+            let j0 = bi * bs / e.sub;
+            let mut put = |j: usize, s: f32, m: f32| {
+                p.scales[(j0 + j) * PANEL_ROWS + r] = s;
+                if e.has_min {
+                    p.mins[(j0 + j) * PANEL_ROWS + r] = m;
+                }
+            };
+            block_values(ty, b, &mut v, &mut put);
+            // Interleave: element i of sub-block j goes to step i/4, byte i%4 of row r.
+            for i in 0..bs {
+                let (j, ii) = (j0 + i / e.sub, i % e.sub);
+                let k = ii / 4;
+                p.vals[((j * (e.sub / 4) + k) * PANEL_ROWS + r) * 4 + ii % 4] =
+                    if biased { (v[i] as u8 ^ 0x80) as i8 } else { v[i] };
+            }
+        }
+    }
+}
+
+/// The signed values of one block in element order, with `put(sub, scale, min)` per sub-block.
+fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(usize, f32, f32)) {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | IQ4_NL => {
+            for j in 0..16 {
+                let (lo, hi) = (b[2 + j] & 15, b[2 + j] >> 4);
+                if ty == Q4_0 {
+                    v[j] = lo as i8 - 8;
+                    v[j + 16] = hi as i8 - 8;
+                } else {
+                    v[j] = IQ4NL_VALUES[lo as usize];
+                    v[j + 16] = IQ4NL_VALUES[hi as usize];
+                }
+            }
+            put(0, f16(b, 0), 0.0);
+        }
+        Q4_1 => {
+            for j in 0..16 {
+                v[j] = (b[4 + j] & 15) as i8;
+                v[j + 16] = (b[4 + j] >> 4) as i8;
+            }
+            put(0, f16(b, 0), f16(b, 2));
+        }
+        Q5_0 | Q5_1 => {
+            let o = if ty == Q5_0 { 2 } else { 4 };
+            let qh = u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+            let off = if ty == Q5_0 { 16 } else { 0 };
+            for j in 0..16 {
+                let h0 = ((qh >> j) & 1) as u8;
+                let h1 = ((qh >> (j + 16)) & 1) as u8;
+                v[j] = ((b[o + 4 + j] & 15) | (h0 << 4)) as i8 - off;
+                v[j + 16] = ((b[o + 4 + j] >> 4) | (h1 << 4)) as i8 - off;
+            }
+            put(0, f16(b, 0), if ty == Q5_1 { f16(b, 2) } else { 0.0 });
+        }
+        Q8_0 => {
+            for j in 0..32 {
+                v[j] = b[2 + j] as i8;
+            }
+            put(0, f16(b, 0), 0.0);
+        }
+        Q4_K | Q5_K => {
+            let (d, dmin) = (f16(b, 0), f16(b, 2));
+            let sc: &[u8; 12] = b[4..16].try_into().expect("12 bytes");
+            let (qh, qs) = if ty == Q5_K {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&b[0..0], &b[16..144])
+            };
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, sc);
+                // The min enters as `-dmin*m * Σa`: stored positive, subtracted by the kernel.
+                put(j, d * f32::from(s), dmin * f32::from(m));
+                let (c, hi) = (j / 2, j % 2);
+                for l in 0..32 {
+                    let q = if hi == 0 {
+                        qs[32 * c + l] & 15
+                    } else {
+                        qs[32 * c + l] >> 4
+                    };
+                    let h = if ty == Q5_K { ((qh[l] >> j) & 1) << 4 } else { 0 };
+                    v[32 * j + l] = (q | h) as i8;
+                }
+            }
+        }
+        Q6_K => {
+            let d = f16(b, 208);
+            for hh in 0..2 {
+                let (ql, qh) = (&b[64 * hh..], &b[128 + 32 * hh..]);
+                for l in 0..32 {
+                    v[128 * hh + l] = ((ql[l] & 15) | ((qh[l] & 3) << 4)) as i8 - 32;
+                    v[128 * hh + l + 32] = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                    v[128 * hh + l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                    v[128 * hh + l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                }
+            }
+            for j in 0..16 {
+                put(j, d * f32::from(b[192 + j] as i8), 0.0);
+            }
+        }
+        Q3_K => {
+            let d = f16(b, 108);
+            let sc = q3_k_scales(b[96..108].try_into().expect("12 bytes"));
+            for j in 0..16 {
+                put(j, d * f32::from(sc[j]), 0.0);
+            }
+            for hh in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        let q = (b[32 + 32 * hh + l] >> (2 * j)) & 3;
+                        let h = (b[l] >> (4 * hh + j)) & 1;
+                        v[128 * hh + 32 * j + l] = (q | (h << 2)) as i8 - 4;
+                    }
+                }
+            }
+        }
+        Q2_K => {
+            let (d, dmin) = (f16(b, 80), f16(b, 82));
+            for j in 0..16 {
+                put(j, d * f32::from(b[j] & 15), dmin * f32::from(b[j] >> 4));
+            }
+            for hh in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        v[128 * hh + 32 * j + l] = ((b[16 + 32 * hh + l] >> (2 * j)) & 3) as i8;
+                    }
+                }
+            }
+        }
+        IQ4_XS => {
+            let d = f16(b, 0);
+            let sh = u16::from_le_bytes([b[2], b[3]]);
+            for ib in 0..8 {
+                let ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((((sh >> (2 * ib)) & 3) as u8) << 4);
+                put(ib, d * (f32::from(ls) - 32.0), 0.0);
+                for j in 0..16 {
+                    let q = b[8 + 16 * ib + j];
+                    v[32 * ib + j] = IQ4NL_VALUES[usize::from(q & 15)];
+                    v[32 * ib + 16 + j] = IQ4NL_VALUES[usize::from(q >> 4)];
+                }
+            }
+        }
+        _ => unreachable!("no expansion for {ty}"),
+    }
+}
+
+/// Per-token, per-sub-block activation data the micro-kernels read besides the quants.
+pub struct ActSide {
+    /// Activation scale of each sub-block (`[t][j]`).
+    pub d: Vec<f32>,
+    /// Σ of the activation quants of each sub-block (`[t][j]`).
+    pub sum: Vec<i32>,
+    /// What the row minimum is multiplied by, sign included: `-d * Σa` for the K-quants
+    /// (`w = s*v - m`), the stored `s = d * Σa` of Q8_1 for Q4_1/Q5_1 (`w = s*v + m`).
+    pub msum: Vec<f32>,
+    /// Byte offset of each sub-block's quants within a token's activation row.
+    pub qoff: Vec<u32>,
+    pub n_sub: usize,
+}
+
+/// Side data for `n_tokens` activation rows (of `row_bytes` each) in `act_ty` for weights of
+/// type `ty` with `n` elements per row.
+pub fn act_side(
+    ty: GgmlType,
+    act_ty: GgmlType,
+    n: usize,
+    xq: &[u8],
+    row_bytes: usize,
+    n_tokens: usize,
+) -> ActSide {
+    let e = expansion(ty).expect("type has an expansion");
+    let n_sub = n / e.sub;
+    let mut s = ActSide {
+        d: Vec::with_capacity(n_sub * n_tokens),
+        sum: Vec::with_capacity(n_sub * n_tokens),
+        msum: Vec::with_capacity(if e.has_min { n_sub * n_tokens } else { 0 }),
+        qoff: Vec::with_capacity(n_sub),
+        n_sub,
+    };
+    for j in 0..n_sub {
+        let e0 = j * e.sub;
+        s.qoff.push(match act_ty {
+            GgmlType::Q8_0 => (e0 / 32 * 34 + 2 + e0 % 32) as u32,
+            GgmlType::Q8_1 => (e0 / 32 * 36 + 4 + e0 % 32) as u32,
+            _ => (e0 / 256 * 292 + 4 + e0 % 256) as u32,
+        });
+    }
+    for t in 0..n_tokens {
+        let row = &xq[t * row_bytes..(t + 1) * row_bytes];
+        for j in 0..n_sub {
+            let e0 = j * e.sub;
+            let q = &row[s.qoff[j] as usize..s.qoff[j] as usize + e.sub];
+            let sum: i32 = q.iter().map(|&b| i32::from(b as i8)).sum();
+            let (d, msum) = match act_ty {
+                GgmlType::Q8_0 => (f16(row, e0 / 32 * 34), 0.0),
+                GgmlType::Q8_1 => (f16(row, e0 / 32 * 36), f16(row, e0 / 32 * 36 + 2)),
+                _ => {
+                    let o = e0 / 256 * 292;
+                    let d = f32::from_le_bytes([row[o], row[o + 1], row[o + 2], row[o + 3]]);
+                    (d, -(d * sum as f32))
+                }
+            };
+            s.d.push(d);
+            s.sum.push(sum);
+            if e.has_min {
+                s.msum.push(msum);
+            }
+        }
+    }
+    s
+}
+
+/// The portable micro-kernel: `out[t * out_stride + r] = Σ` over the panel for tokens
+/// `t0..t0+nt` and rows `0..rows`. The reference for the SIMD ones.
+#[allow(clippy::too_many_arguments)]
+pub fn panel_tokens_scalar(
+    p: &Panel,
+    e: Expansion,
+    side: &ActSide,
+    xq: &[u8],
+    row_bytes: usize,
+    tokens: std::ops::Range<usize>,
+    rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let steps = e.sub / 4;
+    for t in tokens {
+        let a = &xq[t * row_bytes..];
+        let mut acc = [0f32; PANEL_ROWS];
+        for j in 0..p.n_sub {
+            let mut isum = [0i32; PANEL_ROWS];
+            let q = &a[side.qoff[j] as usize..];
+            for k in 0..steps {
+                let base = (j * steps + k) * PANEL_ROWS * 4;
+                for r in 0..PANEL_ROWS {
+                    for b in 0..4 {
+                        isum[r] += i32::from(p.vals[base + 4 * r + b]) * i32::from(q[4 * k + b] as i8);
+                    }
+                }
+            }
+            let d = side.d[t * p.n_sub + j];
+            for r in 0..PANEL_ROWS {
+                acc[r] += isum[r] as f32 * (p.scales[j * PANEL_ROWS + r] * d);
+                if e.has_min {
+                    acc[r] += p.mins[j * PANEL_ROWS + r] * side.msum[t * p.n_sub + j];
+                }
+            }
+        }
+        out[t * out_stride..t * out_stride + rows].copy_from_slice(&acc[..rows]);
+    }
+}
+
+/// What a SIMD micro-kernel reads: one expanded panel and the batch's activations.
+pub(super) struct Tile<'a> {
+    pub panel: &'a Panel,
+    pub e: Expansion,
+    pub side: &'a ActSide,
+    pub xq: &'a [u8],
+    pub row_bytes: usize,
+}

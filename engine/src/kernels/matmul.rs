@@ -1,0 +1,217 @@
+//! Matrix multiplication of a weight matrix in its file format with a batch of quantized
+//! activation rows, spread over a [`ThreadPool`].
+//!
+//! One token (decode) is a matrix-vector product bound by memory bandwidth: each thread streams a
+//! share of the rows once, four at a time, in chunks handed out through an atomic counter. Batches
+//! go through the panel GEMM of [`super::gemm`] when the weight type has one and the batch is big
+//! enough to pay for expanding the panels; otherwise each chunk of rows is dotted with every token
+//! while it is in cache.
+
+use std::cell::RefCell;
+
+use super::gemm::{self, Panel, Tile, PANEL_ROWS};
+use super::{dot_rows, row_bytes, vec_dot_type, Isa};
+use crate::quant::GgmlType;
+use crate::threads::ThreadPool;
+
+/// A weight matrix: `n_out` rows of `n` values of type `ty`, row `r` at `data[r * row_bytes..]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    pub ty: GgmlType,
+    pub n: usize,
+    pub n_out: usize,
+    pub row_bytes: usize,
+    pub data: &'a [u8],
+}
+
+/// Smallest batch that goes through the panel GEMM.
+pub const GEMM_MIN_TOKENS: usize = 8;
+
+/// Output pointer shared by the threads of a step; each writes its own rows.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: threads write disjoint elements (their own rows of every token), and the step ends
+// before the borrow of the output slice does.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// (A method, so that closures capture the whole `Out`, which is `Sync`, not its pointer.)
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+thread_local! {
+    static PANEL: RefCell<Panel> = RefCell::new(Panel::new());
+}
+
+/// `out[t * w.n_out + r] = w_r · x_t` for the `n_tokens` activation rows in `xq` (each in
+/// `vec_dot_type(w.ty)`, rows back to back).
+pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usize, out: &mut [f32]) {
+    let wrb = row_bytes(w.ty, w.n);
+    assert!(w.row_bytes >= wrb && (w.n_out == 0 || w.data.len() >= (w.n_out - 1) * w.row_bytes + wrb));
+    let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    assert_eq!(xq.len(), arb * n_tokens, "matmul: activation rows");
+    assert_eq!(out.len(), w.n_out * n_tokens, "matmul: output size");
+    if w.n_out == 0 || n_tokens == 0 {
+        return;
+    }
+    if n_tokens >= GEMM_MIN_TOKENS && gemm::expansion(w.ty).is_some() {
+        gemm(pool, isa, w, xq, arb, n_tokens, out);
+    } else {
+        gemv(pool, isa, w, xq, arb, n_tokens, out);
+    }
+}
+
+/// Rows per work chunk: enough chunks for work stealing to even out the threads, each a whole
+/// number of 16-row groups.
+fn rows_per_chunk(n_out: usize, threads: usize) -> usize {
+    let target = n_out.div_ceil(threads * 8);
+    target.div_ceil(16).max(1) * 16
+}
+
+fn gemv(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
+    let chunk = rows_per_chunk(w.n_out, pool.n_threads());
+    let dst = Out(out.as_mut_ptr());
+    let n_out = w.n_out;
+    pool.for_each_chunk(n_out, chunk, |rows| {
+        for t in 0..n_tokens {
+            // SAFETY: this chunk's rows of token t are written by this thread only, in bounds.
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * n_out + rows.start), rows.len()) };
+            dot_rows(
+                isa,
+                w.ty,
+                w.n,
+                &w.data[rows.start * w.row_bytes..],
+                w.row_bytes,
+                &xq[t * arb..(t + 1) * arb],
+                o,
+            );
+        }
+    });
+}
+
+fn gemm(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
+    let e = gemm::expansion(w.ty).expect("checked by the caller");
+    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
+    let n_panels = w.n_out.div_ceil(PANEL_ROWS);
+    let dst = Out(out.as_mut_ptr());
+    let biased = isa == Isa::Avx512;
+    pool.for_each_chunk(n_panels, 1, |panels| {
+        PANEL.with(|cell| {
+            let mut panel = cell.borrow_mut();
+            for pi in panels {
+                let r0 = pi * PANEL_ROWS;
+                let rows = (w.n_out - r0).min(PANEL_ROWS);
+                gemm::expand(
+                    w.ty,
+                    w.n,
+                    &w.data[r0 * w.row_bytes..],
+                    w.row_bytes,
+                    rows,
+                    biased,
+                    &mut panel,
+                );
+                let tile = Tile {
+                    panel: &panel,
+                    e,
+                    side: &side,
+                    xq,
+                    row_bytes: arb,
+                };
+                // SAFETY: rows r0..r0+rows of every token are this thread's; the tile's pointers
+                // stay within the panel, the side data and the activation rows.
+                unsafe { run_tile(isa, &tile, 0..n_tokens, dst.ptr().add(r0), w.n_out, rows) };
+            }
+        });
+    });
+}
+
+/// Runs the micro-kernel of `isa` (the portable one for the scalar tier).
+unsafe fn run_tile(
+    isa: Isa,
+    tile: &Tile,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => super::x86::gemm_avx512(tile, tokens, out, os, rows),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::x86::gemm_avx2(tile, tokens, out, os, rows),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => super::neon::gemm(tile, tokens, out, os, rows),
+        _ => {
+            let len = (tokens.end - 1) * os + rows;
+            let o = std::slice::from_raw_parts_mut(out, len);
+            gemm::panel_tokens_scalar(
+                tile.panel,
+                tile.e,
+                tile.side,
+                tile.xq,
+                tile.row_bytes,
+                tokens,
+                rows,
+                o,
+                os,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::tests::{random_act, random_rows, Rng, WEIGHT_TYPES};
+    use crate::quant;
+
+    /// Every type, every tier: the batched paths (panel GEMM and chunked rows) against the
+    /// reference dot product of each row with each token.
+    #[test]
+    fn matmul_matches_reference_dots() {
+        let pool = ThreadPool::new(3).unwrap();
+        let mut rng = Rng::new(5);
+        for ty in WEIGHT_TYPES {
+            let n = if ty.block_size() == 256 { 512 } else { 96 };
+            for n_out in [1, 15, 16, 37] {
+                for n_tokens in [1, 3, GEMM_MIN_TOKENS, 13] {
+                    let data = random_rows(&mut rng, ty, n, n_out);
+                    let rb = row_bytes(ty, n);
+                    let mut xq = Vec::new();
+                    for _ in 0..n_tokens {
+                        xq.extend(random_act(&mut rng, ty, n).1);
+                    }
+                    let arb = row_bytes(vec_dot_type(ty), n);
+                    let m = Matrix {
+                        ty,
+                        n,
+                        n_out,
+                        row_bytes: rb,
+                        data: &data,
+                    };
+                    for isa in Isa::supported() {
+                        let mut out = vec![f32::NAN; n_out * n_tokens];
+                        matmul(&pool, isa, &m, &xq, n_tokens, &mut out);
+                        for t in 0..n_tokens {
+                            for r in 0..n_out {
+                                let a = &xq[t * arb..(t + 1) * arb];
+                                let want = quant::vec_dot(ty, n, &data[r * rb..(r + 1) * rb], a);
+                                let got = out[t * n_out + r];
+                                let mut mag = vec![0f32; n];
+                                quant::dequantize_row(ty, &data[r * rb..(r + 1) * rb], &mut mag).unwrap();
+                                let scale: f32 = mag.iter().map(|v| v.abs()).sum::<f32>() * 4.0;
+                                assert!(
+                                    (got - want).abs() <= 1e-5 * scale.max(1e-3),
+                                    "{isa} {ty} n_out={n_out} tokens={n_tokens} t={t} r={r}: {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
