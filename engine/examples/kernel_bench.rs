@@ -8,6 +8,15 @@ use engine::kernels::{quantize_act, vec_dot_type, Isa};
 use engine::quant::{self, GgmlType};
 use engine::threads::ThreadPool;
 
+/// Packs the matrix when PACKED is set and the tier has packed kernels; returns the packed rows.
+fn maybe_pack(isa: Isa, ty: GgmlType, n: usize, rows: usize, data: &mut [u8]) -> usize {
+    if std::env::var("PACKED").is_ok() && engine::kernels::matmul::can_use_packed(isa, ty) {
+        engine::kernels::packed::pack_in_place(ty, n, data, rows, &mut Vec::new())
+    } else {
+        0
+    }
+}
+
 fn random_matrix(ty: GgmlType, n: usize, rows: usize) -> Vec<u8> {
     // Quantize random f32 rows so scales are realistic.
     let mut seed = 1u64;
@@ -117,13 +126,15 @@ fn main() {
         for &(name, ty, n, _) in gemv_cases {
             let rb = ty.row_bytes(n as u64).unwrap() as usize;
             let rows = (1 << 20) / rb / 16 * 16;
-            let data = random_matrix(ty, n, rows);
+            let mut data = random_matrix(ty, n, rows);
+            let packed_rows = maybe_pack(isa, ty, n, rows, &mut data);
             let m = Matrix {
                 ty,
                 n,
                 n_out: rows,
                 row_bytes: rb,
                 data: &data,
+                packed_rows,
             };
             let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
             let at = vec_dot_type(ty);
@@ -133,12 +144,12 @@ fn main() {
             let t = bench(
                 name,
                 &mut || {
-                    for _ in 0..200 {
+                    for _ in 0..2000 {
                         matmul(&pool, isa, &m, &xq, 1, &mut out)
                     }
                 },
                 5,
-            ) / 200.0;
+            ) / 2000.0;
             println!(
                 "l2 gemv {name:16} {:7.2} MB  {:8.1} us  {:6.1} GB/s",
                 data.len() as f64 / 1e6,
@@ -149,7 +160,8 @@ fn main() {
     }
     if which.is_empty() || which == "gemv" {
         for &(name, ty, n, rows) in gemv_cases {
-            let data = random_matrix(ty, n, rows);
+            let mut data = random_matrix(ty, n, rows);
+            let packed_rows = maybe_pack(isa, ty, n, rows, &mut data);
             let rb = ty.row_bytes(n as u64).unwrap() as usize;
             let m = Matrix {
                 ty,
@@ -157,6 +169,7 @@ fn main() {
                 n_out: rows,
                 row_bytes: rb,
                 data: &data,
+                packed_rows,
             };
             let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
             let at = vec_dot_type(ty);
@@ -182,7 +195,8 @@ fn main() {
         ];
         let tokens = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(512usize);
         for &(ty, n, rows) in cases {
-            let data = random_matrix(ty, n, rows);
+            let mut data = random_matrix(ty, n, rows);
+            let packed_rows = maybe_pack(isa, ty, n, rows, &mut data);
             let rb = ty.row_bytes(n as u64).unwrap() as usize;
             let m = Matrix {
                 ty,
@@ -190,6 +204,7 @@ fn main() {
                 n_out: rows,
                 row_bytes: rb,
                 data: &data,
+                packed_rows,
             };
             let at = vec_dot_type(ty);
             let arb = at.row_bytes(n as u64).unwrap() as usize;

@@ -8,13 +8,15 @@
 //! while it is in cache.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use super::gemm::{self, Panel, Tile, PANEL_ROWS};
 use super::{dot_rows, row_bytes, vec_dot_type, Isa};
 use crate::quant::GgmlType;
 use crate::threads::ThreadPool;
 
-/// A weight matrix: `n_out` rows of `n` values of type `ty`, row `r` at `data[r * row_bytes..]`.
+/// A weight matrix: `n_out` rows of `n` values of type `ty`, row `r` at `data[r * row_bytes..]`;
+/// the first `packed_rows` rows (a multiple of 16) are in the packed layout of [`super::packed`].
 #[derive(Clone, Copy, Debug)]
 pub struct Matrix<'a> {
     pub ty: GgmlType,
@@ -22,6 +24,12 @@ pub struct Matrix<'a> {
     pub n_out: usize,
     pub row_bytes: usize,
     pub data: &'a [u8],
+    pub packed_rows: usize,
+}
+
+/// Whether `isa` has kernels for packed matrices of type `ty` (packing is only worth doing then).
+pub fn can_use_packed(isa: Isa, ty: GgmlType) -> bool {
+    super::packed::has_layout(ty) && isa == Isa::Avx512
 }
 
 /// Smallest batch that goes through the panel GEMM.
@@ -54,13 +62,26 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usiz
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
     assert_eq!(xq.len(), arb * n_tokens, "matmul: activation rows");
     assert_eq!(out.len(), w.n_out * n_tokens, "matmul: output size");
+    assert!(w.packed_rows.is_multiple_of(PANEL_ROWS) && w.packed_rows <= w.n_out);
+    assert!(
+        w.packed_rows == 0 || can_use_packed(isa, w.ty),
+        "packed {} matrix on {isa}",
+        w.ty
+    );
     if w.n_out == 0 || n_tokens == 0 {
         return;
     }
+    if w.packed_rows > 0 {
+        packed(pool, isa, w, xq, arb, n_tokens, out);
+    }
+    let rows = w.packed_rows..w.n_out;
+    if rows.is_empty() {
+        return;
+    }
     if n_tokens >= GEMM_MIN_TOKENS && gemm::expansion(w.ty).is_some() {
-        gemm(pool, isa, w, xq, arb, n_tokens, out);
+        gemm(pool, isa, w, rows, xq, arb, n_tokens, out);
     } else {
-        gemv(pool, isa, w, xq, arb, n_tokens, out);
+        gemv(pool, isa, w, rows, xq, arb, n_tokens, out);
     }
 }
 
@@ -71,14 +92,27 @@ fn rows_per_chunk(n_out: usize, threads: usize) -> usize {
     target.div_ceil(16).max(1) * 16
 }
 
-fn gemv(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
-    let chunk = rows_per_chunk(w.n_out, pool.n_threads());
+/// Rows `range` (row-major) through the row kernels.
+#[allow(clippy::too_many_arguments)]
+fn gemv(
+    pool: &ThreadPool,
+    isa: Isa,
+    w: &Matrix,
+    range: Range<usize>,
+    xq: &[u8],
+    arb: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+) {
+    let chunk = rows_per_chunk(range.len(), pool.n_threads());
     let dst = Out(out.as_mut_ptr());
     let n_out = w.n_out;
-    pool.for_each_chunk(n_out, chunk, |rows| {
+    pool.for_each_chunk(range.len(), chunk, |rows| {
+        let rows = range.start + rows.start..range.start + rows.end;
         for t in 0..n_tokens {
             // SAFETY: this chunk's rows of token t are written by this thread only, in bounds.
-            let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * n_out + rows.start), rows.len()) };
+            let o =
+                unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * n_out + rows.start), rows.len()) };
             dot_rows(
                 isa,
                 w.ty,
@@ -92,18 +126,29 @@ fn gemv(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens
     });
 }
 
-fn gemm(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
+/// Rows `range` (row-major) through the panel GEMM.
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    pool: &ThreadPool,
+    isa: Isa,
+    w: &Matrix,
+    range: Range<usize>,
+    xq: &[u8],
+    arb: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+) {
     let e = gemm::expansion(w.ty).expect("checked by the caller");
     let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
-    let n_panels = w.n_out.div_ceil(PANEL_ROWS);
+    let n_panels = range.len().div_ceil(PANEL_ROWS);
     let dst = Out(out.as_mut_ptr());
     let biased = isa == Isa::Avx512;
     pool.for_each_chunk(n_panels, 1, |panels| {
         PANEL.with(|cell| {
             let mut panel = cell.borrow_mut();
             for pi in panels {
-                let r0 = pi * PANEL_ROWS;
-                let rows = (w.n_out - r0).min(PANEL_ROWS);
+                let r0 = range.start + pi * PANEL_ROWS;
+                let rows = (range.end - r0).min(PANEL_ROWS);
                 gemm::expand(
                     w.ty,
                     w.n,
@@ -125,6 +170,45 @@ fn gemm(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens
                 unsafe { run_tile(isa, &tile, 0..n_tokens, dst.ptr().add(r0), w.n_out, rows) };
             }
         });
+    });
+}
+
+/// The packed groups: 16 rows at a time against all tokens.
+fn packed(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
+    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
+    let n_groups = w.packed_rows / PANEL_ROWS;
+    let args_n_tiles = w.n / w.ty.block_size() as usize;
+    let dst = Out(out.as_mut_ptr());
+    let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;
+    pool.for_each_chunk(n_groups, chunk, |groups| {
+        for g in groups {
+            let group = &w.data[g * PANEL_ROWS * w.row_bytes..(g + 1) * PANEL_ROWS * w.row_bytes];
+            // SAFETY: the group holds 16 packed rows of `n` values (asserted by `matmul`), the side
+            // data and activations cover every token, and rows 16g..16g+16 of every token are
+            // this thread's to write.
+            unsafe {
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx512 {
+                    let args = super::x86::PkArgs {
+                        n_tiles: args_n_tiles,
+                        side: &side,
+                        xq,
+                        row_bytes: arb,
+                    };
+                    super::x86::packed_avx512(
+                        w.ty,
+                        &args,
+                        group.as_ptr(),
+                        0..n_tokens,
+                        dst.ptr().add(g * PANEL_ROWS),
+                        w.n_out,
+                    );
+                    continue;
+                }
+                let _ = (group, isa, args_n_tiles, &side);
+                unreachable!("packed matrices only on tiers with packed kernels");
+            }
+        }
     });
 }
 
@@ -168,6 +252,63 @@ mod tests {
     use crate::kernels::tests::{random_act, random_rows, Rng, WEIGHT_TYPES};
     use crate::quant;
 
+    /// Packed matrices (16-row groups plus a row-major tail) against the row-major result.
+    #[test]
+    fn packed_matmul_matches_row_major() {
+        use crate::kernels::packed;
+        let pool = ThreadPool::new(2).unwrap();
+        let mut rng = Rng::new(9);
+        for isa in Isa::supported() {
+            for ty in [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ] {
+                if !can_use_packed(isa, ty) {
+                    continue;
+                }
+                let n = if ty.block_size() == 256 { 512 } else { 96 };
+                for n_out in [16, 37, 64] {
+                    let data = random_rows(&mut rng, ty, n, n_out);
+                    let rb = row_bytes(ty, n);
+                    let mut pk = data.clone();
+                    let packed_rows = packed::pack_in_place(ty, n, &mut pk, n_out, &mut Vec::new());
+                    for n_tokens in [1, 2, 5, 12] {
+                        let mut xq = Vec::new();
+                        for _ in 0..n_tokens {
+                            xq.extend(random_act(&mut rng, ty, n).1);
+                        }
+                        let plain = Matrix {
+                            ty,
+                            n,
+                            n_out,
+                            row_bytes: rb,
+                            data: &data,
+                            packed_rows: 0,
+                        };
+                        let pm = Matrix {
+                            data: &pk,
+                            packed_rows,
+                            ..plain
+                        };
+                        let mut want = vec![0f32; n_out * n_tokens];
+                        matmul(&pool, isa, &plain, &xq, n_tokens, &mut want);
+                        let mut got = vec![f32::NAN; n_out * n_tokens];
+                        matmul(&pool, isa, &pm, &xq, n_tokens, &mut got);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                (g - w).abs() <= 1e-4 * w.abs().max(0.05),
+                                "{isa} {ty} n_out={n_out} tokens={n_tokens} [{i}]: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every type, every tier: the batched paths (panel GEMM and chunked rows) against the
     /// reference dot product of each row with each token.
     #[test]
@@ -191,6 +332,7 @@ mod tests {
                         n_out,
                         row_bytes: rb,
                         data: &data,
+                        packed_rows: 0,
                     };
                     for isa in Isa::supported() {
                         let mut out = vec![f32::NAN; n_out * n_tokens];

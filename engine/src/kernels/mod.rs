@@ -19,6 +19,7 @@
 mod blocks;
 pub mod gemm;
 pub mod matmul;
+pub mod packed;
 
 #[cfg(target_arch = "aarch64")]
 mod neon;

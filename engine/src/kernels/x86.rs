@@ -1190,3 +1190,317 @@ gemm_driver!(
     gemm512_body
 );
 gemm_driver!(gemm_avx2, "avx2,fma,f16c", gemm256_body);
+
+// ---------------------------------------------------------------------------------------------
+// Packed (16-row interleaved) weights, AVX-512 VNNI: see `packed.rs` for the layouts. One generic
+// kernel; each type says how to turn a tile into 64-byte steps of unsigned values (biased by OFF),
+// and gives its per-row scales (and mins) per sub-block.
+
+use super::gemm::ActSide;
+
+/// One packed type, as the AVX-512 kernel sees it.
+pub(super) trait Pk512 {
+    const TILE: usize;
+    const SUBS: usize;
+    const SUB: usize;
+    /// Values are stored plus `OFF`: integer sums start at `-OFF * Σa`.
+    const OFF: i32;
+    const MIN: bool;
+    type St;
+    unsafe fn state(t: *const u8) -> Self::St;
+    unsafe fn scale(st: &Self::St, j: usize) -> __m512;
+    unsafe fn min(_st: &Self::St, _j: usize) -> __m512 {
+        _mm512_setzero_ps()
+    }
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
+}
+
+#[inline(always)]
+unsafe fn ld512(p: *const u8) -> __m512i {
+    _mm512_loadu_si512(p as *const _)
+}
+
+#[inline(always)]
+unsafe fn d16(t: *const u8) -> __m512 {
+    _mm512_cvtph_ps(ld256(t))
+}
+
+/// Nibble chunk at `p`: (low nibbles, high nibbles) as two steps.
+#[inline(always)]
+unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
+    let v = ld512(p);
+    let m = _mm512_set1_epi8(0x0f);
+    (
+        _mm512_and_si512(v, m),
+        _mm512_and_si512(_mm512_srli_epi16(v, 4), m),
+    )
+}
+
+pub(super) struct PkQ8_0;
+pub(super) struct PkQ4_0;
+pub(super) struct PkQ5_0;
+pub(super) struct PkQ4K;
+pub(super) struct PkQ6K;
+
+impl Pk512 for PkQ8_0 {
+    const TILE: usize = 544;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 128;
+    const MIN: bool = false;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
+        *st
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        let bias = _mm512_set1_epi8(i8::MIN);
+        for k in 0..8 {
+            w[k] = _mm512_xor_si512(ld512(t.add(32 + 64 * k)), bias);
+        }
+    }
+}
+
+impl Pk512 for PkQ4_0 {
+    const TILE: usize = 288;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 8;
+    const MIN: bool = false;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
+        *st
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        for c in 0..4 {
+            (w[2 * c], w[2 * c + 1]) = nib512(t.add(32 + 64 * c));
+        }
+    }
+}
+
+impl Pk512 for PkQ5_0 {
+    const TILE: usize = 352;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 16;
+    const MIN: bool = false;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
+        *st
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        let hb = _mm512_set1_epi8(0x10);
+        for c in 0..4 {
+            (w[2 * c], w[2 * c + 1]) = nib512(t.add(96 + 64 * c));
+        }
+        for k in 0..8 {
+            let m: __mmask64 = (t.add(32 + 8 * k) as *const u64).read_unaligned();
+            w[k] = _mm512_mask_add_epi8(w[k], m, w[k], hb);
+        }
+    }
+}
+
+/// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
+pub(super) struct Q4KSt {
+    d: __m512,
+    dmin: __m512,
+    sc: [__m128i; 8],
+    m: [__m128i; 8],
+}
+
+impl Pk512 for PkQ4K {
+    const TILE: usize = 2304;
+    const SUBS: usize = 8;
+    const SUB: usize = 32;
+    const OFF: i32 = 0;
+    const MIN: bool = true;
+    type St = Q4KSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> Q4KSt {
+        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(64 + 16 * i)));
+        let m63 = _mm_set1_epi8(63);
+        let m15 = _mm_set1_epi8(15);
+        let m3 = _mm_set1_epi8(3);
+        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
+        let mut sc = [_mm_setzero_si128(); 8];
+        let mut m = [_mm_setzero_si128(); 8];
+        for j in 0..4 {
+            sc[j] = _mm_and_si128(q[j], m63);
+            m[j] = _mm_and_si128(q[j + 4], m63);
+        }
+        for j in 4..8 {
+            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
+            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
+        }
+        Q4KSt {
+            d: d16(t),
+            dmin: d16(t.add(32)),
+            sc,
+            m,
+        }
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Q4KSt, j: usize) -> __m512 {
+        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.sc[j])))
+    }
+    #[inline(always)]
+    unsafe fn min(st: &Q4KSt, j: usize) -> __m512 {
+        _mm512_mul_ps(st.dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.m[j])))
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        for c in 0..4 {
+            (w[2 * c], w[2 * c + 1]) = nib512(t.add(256 + 64 * (4 * j + c)));
+        }
+    }
+}
+
+impl Pk512 for PkQ6K {
+    const TILE: usize = 3360;
+    const SUBS: usize = 16;
+    const SUB: usize = 16;
+    const OFF: i32 = 32;
+    const MIN: bool = false;
+    type St = (__m512, *const u8);
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> (__m512, *const u8) {
+        (d16(t), t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &(__m512, *const u8), j: usize) -> __m512 {
+        _mm512_mul_ps(
+            st.0,
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(st.1.add(32 + 16 * j)))),
+        )
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        let (a0, a1) = nib512(t.add(288 + 64 * (2 * j)));
+        let (a2, a3) = nib512(t.add(288 + 64 * (2 * j + 1)));
+        let qh = ld512(t.add(2336 + 64 * j));
+        let m = _mm512_set1_epi8(0x30);
+        w[0] = _mm512_or_si512(a0, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m));
+        w[1] = _mm512_or_si512(a1, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m));
+        w[2] = _mm512_or_si512(a2, _mm512_and_si512(qh, m));
+        w[3] = _mm512_or_si512(a3, _mm512_and_si512(_mm512_srli_epi16(qh, 2), m));
+    }
+}
+
+/// What the packed kernels read besides the group: the batch's activations and side data.
+pub(super) struct PkArgs<'a> {
+    pub n_tiles: usize,
+    pub side: &'a ActSide,
+    pub xq: &'a [u8],
+    pub row_bytes: usize,
+}
+
+#[inline(always)]
+unsafe fn packed_tile512<T: Pk512, const C: usize>(
+    g: &PkArgs,
+    group: *const u8,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let n_sub = g.side.n_sub;
+    let (sd, ss, sm) = (g.side.d.as_ptr(), g.side.sum.as_ptr(), g.side.msum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let mut accf = [_mm512_setzero_ps(); C];
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let mut w = [_mm512_setzero_si512(); 8];
+    for tile in 0..g.n_tiles {
+        let tp = group.add(tile * T::TILE);
+        let st = T::state(tp);
+        for j in 0..T::SUBS {
+            let js = tile * T::SUBS + j;
+            T::steps(tp, j, &mut w);
+            let mut acci = [_mm512_setzero_si512(); C];
+            if T::OFF != 0 {
+                for c in 0..C {
+                    acci[c] = _mm512_set1_epi32(-T::OFF * *ss.add((t0 + c) * n_sub + js));
+                }
+            }
+            let qo = *qoff.add(js) as usize;
+            for k in 0..T::SUB / 4 {
+                for c in 0..C {
+                    let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
+                    acci[c] = _mm512_dpbusd_epi32(acci[c], w[k], _mm512_set1_epi32(a));
+                }
+            }
+            let s = T::scale(&st, j);
+            for c in 0..C {
+                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
+                accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
+            }
+            if T::MIN {
+                let m = T::min(&st, j);
+                for c in 0..C {
+                    accf[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js)), accf[c]);
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        _mm512_storeu_ps(out.add((t0 + c) * os), accf[c]);
+    }
+}
+
+#[inline(always)]
+unsafe fn packed_body512<T: Pk512>(
+    g: &PkArgs,
+    group: *const u8,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    let mut t = tokens.start;
+    while t + 8 <= tokens.end {
+        packed_tile512::<T, 8>(g, group, t, out, os);
+        t += 8;
+    }
+    if t + 4 <= tokens.end {
+        packed_tile512::<T, 4>(g, group, t, out, os);
+        t += 4;
+    }
+    while t < tokens.end {
+        packed_tile512::<T, 1>(g, group, t, out, os);
+        t += 1;
+    }
+}
+
+/// The 16 rows of one packed group against tokens `tokens`: `out[t * os + r]`, `r < 16`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+pub(super) unsafe fn packed_avx512(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    match ty {
+        GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
+        GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
+        GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
+        GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
+        GgmlType::Q6_K => packed_body512::<PkQ6K>(g, group, tokens, out, os),
+        _ => unreachable!("no packed kernel for {ty}"),
+    }
+}

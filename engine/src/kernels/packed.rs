@@ -1,0 +1,366 @@
+//! Row-interleaved ("packed") weight layouts, rewritten in place at load.
+//!
+//! A decode step multiplies every weight matrix with one vector, and with the file's row-major
+//! layout each block costs a scale conversion, a multiply and a reduction per row. Packing puts 16
+//! rows side by side: for each block position, the 16 rows' scales together, then their quants
+//! interleaved four elements at a time, so that one 64-byte load feeds a `vpdpbusd` (or four NEON
+//! `sdot`) for all 16 rows and one f32 multiply-add scales 16 rows. A packed group of 16 rows takes
+//! exactly the bytes of the 16 rows it replaces, so packing happens in place (in a private
+//! copy-on-write mapping) and memory stays the file's size.
+//!
+//! Layouts, per group of 16 rows and per block (super-block for K-quants), "tile" for short.
+//! `S[k]` is a step of four elements (4k..4k+4) for all rows: 64 bytes, row `r` at `4r..4r+4`.
+//! A "nibble chunk" `c` is 64 bytes whose low nibbles are step `2c` and high nibbles step `2c+1`.
+//! - Q8_0 (544 bytes): `d[16]` f16, then steps `S[0..8]` of signed bytes.
+//! - Q4_0 (288): `d[16]`, then nibble chunks `0..4` of the 4-bit codes.
+//! - Q5_0 (352): `d[16]`, then per step a u64 whose bit `4r+i` is the 5th bit of that element,
+//!   then nibble chunks `0..4`.
+//! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
+//!   of row `r` at `16i + r`), then nibble chunks `0..32`.
+//! - Q6_K (3360): `d[16]`, the 16 sub-block scales as 16 x 16 bytes (`16j + r`), nibble chunks
+//!   `0..32` of the low 4 bits, then 16 chunks of the top 2 bits: chunk `h`, byte `4r+i`, bits
+//!   `2s..2s+2` belong to step `4h+s`.
+//!
+//! Rows past the last whole group of 16 stay row-major.
+
+use crate::quant::GgmlType;
+
+/// Rows per packed group.
+pub const GROUP: usize = 16;
+
+/// Whether `ty` has a packed layout.
+pub fn has_layout(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q6_K)
+}
+
+/// Raw codes of one block (the small integers the format stores per element) and its header
+/// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
+struct Codes {
+    /// Element codes: 4-bit (Q4_0, Q4_K), 5-bit (Q5_0), 6-bit (Q6_K), or raw bytes (Q8_0).
+    codes: [u8; 256],
+    /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
+    header: [u8; 32],
+}
+
+fn decode(ty: GgmlType, b: &[u8]) -> Codes {
+    let mut c = Codes {
+        codes: [0; 256],
+        header: [0; 32],
+    };
+    use GgmlType::*;
+    match ty {
+        Q8_0 => {
+            c.header[..2].copy_from_slice(&b[..2]);
+            c.codes[..32].copy_from_slice(&b[2..34]);
+        }
+        Q4_0 => {
+            c.header[..2].copy_from_slice(&b[..2]);
+            for j in 0..16 {
+                c.codes[j] = b[2 + j] & 15;
+                c.codes[j + 16] = b[2 + j] >> 4;
+            }
+        }
+        Q5_0 => {
+            c.header[..2].copy_from_slice(&b[..2]);
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for j in 0..16 {
+                c.codes[j] = (b[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+                c.codes[j + 16] = (b[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+            }
+        }
+        Q4_K => {
+            c.header[..16].copy_from_slice(&b[..16]);
+            for k in 0..4 {
+                for l in 0..32 {
+                    c.codes[64 * k + l] = b[16 + 32 * k + l] & 15;
+                    c.codes[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
+                }
+            }
+        }
+        Q6_K => {
+            c.header[..16].copy_from_slice(&b[192..208]);
+            c.header[16..18].copy_from_slice(&b[208..210]);
+            for h in 0..2 {
+                let (ql, qh) = (&b[64 * h..], &b[128 + 32 * h..]);
+                for l in 0..32 {
+                    c.codes[128 * h + l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                    c.codes[128 * h + l + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                    c.codes[128 * h + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    c.codes[128 * h + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+        }
+        _ => unreachable!("no packed layout for {ty}"),
+    }
+    c
+}
+
+fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
+    use GgmlType::*;
+    match ty {
+        Q8_0 => {
+            b[..2].copy_from_slice(&c.header[..2]);
+            b[2..34].copy_from_slice(&c.codes[..32]);
+        }
+        Q4_0 => {
+            b[..2].copy_from_slice(&c.header[..2]);
+            for j in 0..16 {
+                b[2 + j] = c.codes[j] | (c.codes[j + 16] << 4);
+            }
+        }
+        Q5_0 => {
+            b[..2].copy_from_slice(&c.header[..2]);
+            let mut qh = 0u32;
+            for j in 0..32 {
+                qh |= u32::from(c.codes[j] >> 4) << j;
+            }
+            b[2..6].copy_from_slice(&qh.to_le_bytes());
+            for j in 0..16 {
+                b[6 + j] = (c.codes[j] & 15) | ((c.codes[j + 16] & 15) << 4);
+            }
+        }
+        Q4_K => {
+            b[..16].copy_from_slice(&c.header[..16]);
+            for k in 0..4 {
+                for l in 0..32 {
+                    b[16 + 32 * k + l] = c.codes[64 * k + l] | (c.codes[64 * k + 32 + l] << 4);
+                }
+            }
+        }
+        Q6_K => {
+            b[192..208].copy_from_slice(&c.header[..16]);
+            b[208..210].copy_from_slice(&c.header[16..18]);
+            for h in 0..2 {
+                for l in 0..32 {
+                    let q = |e: usize| c.codes[128 * h + e];
+                    b[64 * h + l] = (q(l) & 15) | ((q(l + 64) & 15) << 4);
+                    b[64 * h + l + 32] = (q(l + 32) & 15) | ((q(l + 96) & 15) << 4);
+                    b[128 + 32 * h + l] = (q(l) >> 4)
+                        | ((q(l + 32) >> 4) << 2)
+                        | ((q(l + 64) >> 4) << 4)
+                        | ((q(l + 96) >> 4) << 6);
+                }
+            }
+        }
+        _ => unreachable!("no packed layout for {ty}"),
+    }
+}
+
+/// Bytes of one tile (16 rows x one block).
+pub fn tile_bytes(ty: GgmlType) -> usize {
+    GROUP * ty.type_size() as usize
+}
+
+/// Byte offset of step `k`'s byte `i` of row `r` inside a run of steps.
+#[inline]
+fn step_at(k: usize, r: usize, i: usize) -> usize {
+    64 * k + 4 * r + i
+}
+
+/// Writes the 16 rows' blocks `blocks[r]` as one tile.
+fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
+    use GgmlType::*;
+    let nib_chunks = |t: &mut [u8], base: usize, n_el: usize| {
+        for r in 0..GROUP {
+            for e in 0..n_el {
+                let (k, i) = (e / 4, e % 4);
+                let o = base + 64 * (k / 2) + 4 * r + i;
+                let v = blocks[r].codes[e] & 15;
+                if k % 2 == 0 {
+                    t[o] = (t[o] & 0xf0) | v;
+                } else {
+                    t[o] = (t[o] & 0x0f) | (v << 4);
+                }
+            }
+        }
+    };
+    for r in 0..GROUP {
+        t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[..2]);
+    }
+    match ty {
+        Q8_0 => {
+            for r in 0..GROUP {
+                for e in 0..32 {
+                    t[32 + step_at(e / 4, r, e % 4)] = blocks[r].codes[e];
+                }
+            }
+        }
+        Q4_0 => nib_chunks(t, 32, 32),
+        Q5_0 => {
+            for k in 0..8 {
+                let mut m = 0u64;
+                for r in 0..GROUP {
+                    for i in 0..4 {
+                        m |= u64::from(blocks[r].codes[4 * k + i] >> 4) << (4 * r + i);
+                    }
+                }
+                t[32 + 8 * k..40 + 8 * k].copy_from_slice(&m.to_le_bytes());
+            }
+            nib_chunks(t, 96, 32);
+        }
+        Q4_K => {
+            for r in 0..GROUP {
+                t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
+                for i in 0..12 {
+                    t[64 + 16 * i + r] = blocks[r].header[4 + i];
+                }
+            }
+            nib_chunks(t, 256, 256);
+        }
+        Q6_K => {
+            // The f16 d is at header[16..18] for Q6_K.
+            for r in 0..GROUP {
+                t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[16..18]);
+                for j in 0..16 {
+                    t[32 + 16 * j + r] = blocks[r].header[j];
+                }
+            }
+            nib_chunks(t, 288, 256);
+            for r in 0..GROUP {
+                for e in 0..256 {
+                    let (k, i) = (e / 4, e % 4);
+                    let o = 2336 + 64 * (k / 4) + 4 * r + i;
+                    let s = k % 4;
+                    t[o] = (t[o] & !(3 << (2 * s))) | ((blocks[r].codes[e] >> 4) << (2 * s));
+                }
+            }
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// Reads row `r`'s block back out of a tile.
+fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
+    use GgmlType::*;
+    let mut c = Codes {
+        codes: [0; 256],
+        header: [0; 32],
+    };
+    let nib = |base: usize, e: usize| {
+        let (k, i) = (e / 4, e % 4);
+        let b = t[base + 64 * (k / 2) + 4 * r + i];
+        if k % 2 == 0 {
+            b & 15
+        } else {
+            b >> 4
+        }
+    };
+    c.header[..2].copy_from_slice(&t[2 * r..2 * r + 2]);
+    match ty {
+        Q8_0 => {
+            for e in 0..32 {
+                c.codes[e] = t[32 + step_at(e / 4, r, e % 4)];
+            }
+        }
+        Q4_0 => {
+            for e in 0..32 {
+                c.codes[e] = nib(32, e);
+            }
+        }
+        Q5_0 => {
+            for e in 0..32 {
+                let m =
+                    u64::from_le_bytes(t[32 + 8 * (e / 4)..40 + 8 * (e / 4)].try_into().expect("8 bytes"));
+                c.codes[e] = nib(96, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
+            }
+        }
+        Q4_K => {
+            c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
+            for i in 0..12 {
+                c.header[4 + i] = t[64 + 16 * i + r];
+            }
+            for e in 0..256 {
+                c.codes[e] = nib(256, e);
+            }
+        }
+        Q6_K => {
+            c.header[16..18].copy_from_slice(&t[2 * r..2 * r + 2]);
+            for j in 0..16 {
+                c.header[j] = t[32 + 16 * j + r];
+            }
+            for e in 0..256 {
+                let (k, i) = (e / 4, e % 4);
+                let hb = (t[2336 + 64 * (k / 4) + 4 * r + i] >> (2 * (k % 4))) & 3;
+                c.codes[e] = nib(288, e) | (hb << 4);
+            }
+        }
+        _ => unreachable!(),
+    }
+    c
+}
+
+/// Packs the first `rows / 16 * 16` rows of a matrix (`rows` rows of `n` values of `ty`,
+/// back to back) in place; returns how many rows are packed. `scratch` holds one group.
+pub fn pack_in_place(ty: GgmlType, n: usize, data: &mut [u8], rows: usize, scratch: &mut Vec<u8>) -> usize {
+    assert!(has_layout(ty));
+    let rb = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let bb = ty.type_size() as usize;
+    let nb = rb / bb;
+    let groups = rows / GROUP;
+    let tb = tile_bytes(ty);
+    for g in 0..groups {
+        let group = &mut data[g * GROUP * rb..(g + 1) * GROUP * rb];
+        scratch.clear();
+        scratch.extend_from_slice(group);
+        for b in 0..nb {
+            let blocks: [Codes; GROUP] =
+                std::array::from_fn(|r| decode(ty, &scratch[r * rb + b * bb..r * rb + (b + 1) * bb]));
+            pack_tile(ty, &blocks, &mut group[b * tb..(b + 1) * tb]);
+        }
+    }
+    groups * GROUP
+}
+
+/// Row `r` of a packed group (`group` holds the 16 rows' bytes) in the file's own layout.
+pub fn unpack_row(ty: GgmlType, n: usize, group: &[u8], r: usize, out: &mut [u8]) {
+    let bb = ty.type_size() as usize;
+    let nb = n / ty.block_size() as usize;
+    let tb = tile_bytes(ty);
+    for b in 0..nb {
+        let c = unpack_tile_row(ty, &group[b * tb..(b + 1) * tb], r);
+        encode(ty, &c, &mut out[b * bb..(b + 1) * bb]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::tests::{random_rows, Rng};
+
+    #[test]
+    fn packing_is_lossless_and_size_preserving() {
+        let mut rng = Rng::new(3);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let n = if ty.block_size() == 256 { 512 } else { 96 };
+            let rows = 37;
+            let orig = random_rows(&mut rng, ty, n, rows);
+            let mut data = orig.clone();
+            let mut scratch = Vec::new();
+            let packed = pack_in_place(ty, n, &mut data, rows, &mut scratch);
+            assert_eq!(packed, 32);
+            assert_ne!(data[..packed], orig[..packed], "{ty}: nothing moved");
+            let rb = orig.len() / rows;
+            // The tail stays as it was.
+            assert_eq!(data[packed * rb..], orig[packed * rb..]);
+            let mut row = vec![0u8; rb];
+            for r in 0..packed {
+                let g = r / GROUP;
+                unpack_row(
+                    ty,
+                    n,
+                    &data[g * GROUP * rb..(g + 1) * GROUP * rb],
+                    r % GROUP,
+                    &mut row,
+                );
+                assert_eq!(row, orig[r * rb..(r + 1) * rb], "{ty} row {r}");
+            }
+        }
+    }
+}
