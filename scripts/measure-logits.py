@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Records llama.cpp's logits for our own tiny fixture models (engine/tests/data/logits/*.json).
+"""Records llama.cpp's logits and perplexity for our own tiny fixtures (engine/tests/data/logits/).
 
 Writes each model with `cargo run -p engine --example tiny_model`, evaluates the fixture prompt with
 llama.cpp through llama-cpp-python (one decode of the whole prompt, logits at every position, flash
@@ -58,9 +58,78 @@ def measure(name, model, n_ctx, tmp):
     }
 
 
+def llama_cpp_perplexity(llm, tokens, n_ctx):
+    """llama-perplexity's method (tools/perplexity/perplexity.cpp), one sequence per chunk."""
+    add_bos = llama_cpp.llama_vocab_get_add_bos(llama_cpp.llama_model_get_vocab(llm.model))
+    first = n_ctx // 2
+    nll = nll2 = 0.0
+    count = 0
+    for c in range(len(tokens) // n_ctx):
+        chunk = list(tokens[c * n_ctx:(c + 1) * n_ctx])
+        if add_bos:
+            chunk[0] = llm.token_bos()
+        llm.reset()
+        llm.eval(chunk)
+        for i in range(first, n_ctx - 1):
+            logits = np.asarray(llm.scores[i], dtype=np.float32)
+            m = logits.max()
+            lp = float(logits[chunk[i + 1]] - m) - np.log(np.sum(np.exp((logits - m).astype(np.float64))))
+            nll -= lp
+            nll2 += lp * lp
+            count += 1
+    mean = nll / count
+    var = nll2 / count - mean * mean
+    ppl = float(np.exp(mean))
+    return ppl, float(np.sqrt(var / (count - 1)) * ppl), count
+
+
+# name -> (model file or tiny model, n_ctx, n_tokens)
+PPL_FIXTURES = {
+    "ppl-tiny-llama-f16": ("shared:tiny/tiny-llama-spm-e64-f16.gguf", 16, 100),
+    "ppl-tiny-gemma3-f16": ("tiny-gemma3-f16", 16, 100),
+}
+
+
+def measure_ppl(name, model, n_ctx, n_tokens, tmp):
+    if model.startswith("shared:"):
+        path = os.path.join(ROOT, "../shared/fixtures", model[len("shared:"):])
+    else:
+        path = os.path.join(tmp, model + ".gguf")
+        subprocess.run(["cargo", "run", "-q", "--release", "-p", "engine", "--example", "tiny_model", "--", model, path],
+                       cwd=ROOT, check=True, capture_output=True)
+    llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_threads=2, logits_all=True,
+                          flash_attn=False, verbose=False)
+    # A fixed pseudo-random token stream (an LCG), ids 3..n_vocab-1.
+    x, tokens = 12345, []
+    for _ in range(n_tokens):
+        x = (x * 1103515245 + 12345) % (1 << 31)
+        tokens.append(3 + x % (llm.n_vocab() - 3))
+    ppl, err, count = llama_cpp_perplexity(llm, tokens, n_ctx)
+    return {
+        "format": "ollamars-perplexity-fixture/v1",
+        "description": "llama.cpp's perplexity (llama-perplexity's method through llama-cpp-python %s, "
+                       "flash attention off) of a fixed token stream" % llama_cpp.__version__,
+        "model": model,
+        "model_sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
+        "n_ctx": n_ctx,
+        "tokens": tokens,
+        "ppl": ppl,
+        "ppl_error": err,
+        "scored": count,
+    }
+
+
 def main():
-    names = sys.argv[1:] or list(FIXTURES)
+    args = sys.argv[1:]
     os.makedirs(OUT, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in [a for a in args if a in PPL_FIXTURES] or ([] if args else list(PPL_FIXTURES)):
+            fx = measure_ppl(name, *PPL_FIXTURES[name], tmp)
+            with open(os.path.join(OUT, name + ".json"), "w") as f:
+                json.dump(fx, f)
+                f.write("\n")
+            print(name, "ppl", fx["ppl"], "+/-", fx["ppl_error"])
+    names = [a for a in args if a in FIXTURES] or ([] if args else list(FIXTURES))
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             model, n_ctx = FIXTURES[name]

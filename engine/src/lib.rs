@@ -14,6 +14,7 @@ pub mod kernels;
 pub mod kv;
 pub mod model;
 pub mod ops;
+pub mod perplexity;
 pub mod quant;
 pub mod sample;
 pub mod stop;

@@ -5,6 +5,8 @@
 //! The tokenizer metadata is copied from the shared fixtures' 512-token Llama 2 SPM vocabulary so
 //! that llama.cpp loads the files; the tests only feed token ids.
 
+#![allow(dead_code)] // each test uses part of it
+
 use std::borrow::Cow;
 use std::path::Path;
 
