@@ -1,6 +1,7 @@
-//! Greedy generation over a context: the prompt is evaluated in chunks, then the most likely
-//! token is taken at every step. When a sequence reaches its context limit, the context is
-//! shifted ([`Context::make_room`]) so that long prompts and long generations go on.
+//! Generation over a context: the prompt is evaluated in chunks, then a token is picked from the
+//! logits at every step (the most likely one for greedy decoding, or by a sampler). When a
+//! sequence reaches its context limit, the context is shifted ([`Context::make_room`]) so that
+//! long prompts and long generations go on.
 //!
 //! [`runner`] is the serving loop: many requests on one context with continuous batching.
 
@@ -69,6 +70,18 @@ pub fn generate_greedy(
     ctx: &mut Context,
     prompt: &[TokenId],
     params: &GenerateParams,
+    on_token: impl FnMut(TokenId) -> bool,
+) -> Result<Vec<TokenId>> {
+    generate(ctx, prompt, params, |logits| Ok(argmax(logits)), on_token)
+}
+
+/// Evaluates `prompt` and generates, picking each token from the logits with `pick`; otherwise
+/// as [`generate_greedy`].
+pub fn generate(
+    ctx: &mut Context,
+    prompt: &[TokenId],
+    params: &GenerateParams,
+    mut pick: impl FnMut(&[f32]) -> Result<TokenId>,
     mut on_token: impl FnMut(TokenId) -> bool,
 ) -> Result<Vec<TokenId>> {
     let seq = params.seq;
@@ -78,7 +91,7 @@ pub fn generate_greedy(
         let logits = ctx
             .logits(idx)
             .ok_or_else(|| Error::InvalidArgument("no logits for the last token".into()))?;
-        let tok = argmax(logits);
+        let tok = pick(logits)?;
         out.push(tok);
         if !on_token(tok) || out.len() == params.n_predict {
             break;

@@ -261,3 +261,28 @@ fn phi3_f32_own_fixture() {
 fn phi3_f32_long_context_own_fixture() {
     check_own_fixture("tiny-phi3-f32-ctx2048");
 }
+
+fn assert_quantized_fixture(json: &str) {
+    let r = check_fixture(&shared_tiny().join(json), &shared_tiny());
+    assert!(r.kl_last < 1e-3, "{json}: KL {}", r.kl_last);
+}
+
+#[test]
+fn llama_q8_0() {
+    assert_quantized_fixture("tiny-llama-spm-e64-q8_0.json");
+}
+
+#[test]
+fn llama_q4_0() {
+    assert_quantized_fixture("tiny-llama-spm-e64-q4_0.json");
+}
+
+#[test]
+fn llama_q4_k_m() {
+    assert_quantized_fixture("tiny-llama-spm-e256-q4_k_m.json");
+}
+
+#[test]
+fn llama_q6_k_tied() {
+    assert_quantized_fixture("tiny-llama-spm-e256-tied-q6_k.json");
+}

@@ -88,7 +88,7 @@ impl Loader<'_> {
         if info.dims != [n_in as u64, n_out as u64] {
             return Err(self.shape_error(name, &[n_in, n_out]));
         }
-        if !dot::supports(info.ty) {
+        if !dot::can_multiply(info.ty) {
             return Err(Error::UnsupportedType {
                 tensor: name.to_string(),
                 ty: info.ty.to_string(),
@@ -117,7 +117,7 @@ impl Loader<'_> {
         if t.info.n_elements() != n as u64 || t.info.dims.iter().skip(1).any(|&d| d != 1) {
             return Err(self.shape_error(name, &[n]));
         }
-        if !dot::supports(t.info.ty) || t.info.ty.row_bytes(n as u64).is_none() {
+        if !dot::can_dequantize(t.info.ty) || t.info.ty.row_bytes(n as u64).is_none() {
             return Err(Error::UnsupportedType {
                 tensor: name.to_string(),
                 ty: t.info.ty.to_string(),
@@ -161,6 +161,12 @@ impl Weights {
         let l = Loader { gguf, index };
         let (n_embd, n_vocab) = (h.n_embd, h.n_vocab);
         let token_embd = l.matrix("token_embd.weight", n_embd, n_vocab)?;
+        if !dot::can_dequantize(token_embd.ty) {
+            return Err(Error::UnsupportedType {
+                tensor: "token_embd.weight".into(),
+                ty: token_embd.ty.to_string(),
+            });
+        }
         let output = match l.matrix_opt("output.weight", n_embd, n_vocab)? {
             Some(w) => w,
             None => token_embd.clone(),

@@ -7,6 +7,8 @@
 //! cache the query is quantized to Q8_0 blocks and V rows are dequantized. Sums are in f32, the
 //! softmax denominator in f64.
 
+use half::slice::HalfFloatSliceExt;
+
 use super::dot::{dequantize_row, f16_to_f32, quantize_row, vec_dot, vec_dot_type};
 use crate::quant::GgmlType;
 
@@ -30,6 +32,25 @@ pub struct AttnShape {
     pub kq_scale: f32,
     /// Attention logit soft-capping `c * tanh(s / c)`; 0 disables it.
     pub softcap: f32,
+}
+
+/// Converts a row of little-endian f16 values (F16C when the CPU has it).
+fn f16_row(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: any bit pattern is a valid u16; `align_to` only yields the aligned middle part.
+    let (pre, mid, post) = unsafe { bytes.align_to::<u16>() };
+    if pre.is_empty() && post.is_empty() && cfg!(target_endian = "little") {
+        let halves: &[half::f16] = bytemuck_u16(mid);
+        halves.convert_to_f32_slice(out);
+    } else {
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            *o = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        }
+    }
+}
+
+fn bytemuck_u16(x: &[u16]) -> &[half::f16] {
+    // SAFETY: `half::f16` is `repr(transparent)` over `u16`.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
 }
 
 /// Reusable buffers of one worker.
@@ -106,17 +127,16 @@ pub fn attend(
         for (&p, &c) in scratch.scores.iter().zip(cells) {
             let off = c as usize * v_row + kvh * v_head;
             let vrow = &kv.v[off..off + v_head];
-            let p = p * inv;
-            if kv.ty == GgmlType::F16 {
-                let p = f16_to_f32(half::f16::from_f32(p).to_bits());
-                for (acc, b) in o.iter_mut().zip(vrow.chunks_exact(2)) {
-                    *acc += p * f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-                }
+            let p = if kv.ty == GgmlType::F16 {
+                f16_row(vrow, &mut scratch.v);
+                // llama.cpp multiplies V with the softmax weights converted to f16.
+                f16_to_f32(half::f16::from_f32(p * inv).to_bits())
             } else {
                 dequantize_row(kv.ty, vrow, &mut scratch.v);
-                for (acc, v) in o.iter_mut().zip(&scratch.v) {
-                    *acc += p * v;
-                }
+                p * inv
+            };
+            for (acc, v) in o.iter_mut().zip(&scratch.v) {
+                *acc += p * v;
             }
         }
     }

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::dot::{self, dequantize_row, quantize_row, vec_dot, vec_dot_type};
+use super::dot::{self, dequantize_row, dot_rows, quantize_row, vec_dot_type};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -26,7 +26,7 @@ pub struct WeightView<'a> {
 impl<'a> WeightView<'a> {
     pub fn new(ty: GgmlType, n_in: usize, n_out: usize, data: &'a [u8]) -> Result<Self> {
         let bad = |msg: String| Error::InvalidArgument(format!("weight view: {msg}"));
-        if !dot::supports(ty) {
+        if !dot::can_multiply(ty) {
             return Err(bad(format!("type {ty} has no kernels")));
         }
         let row_bytes = ty
@@ -76,6 +76,9 @@ impl<'a> WeightView<'a> {
     }
 
     /// Row `r` converted to f32 (token embedding lookup reads only the rows it needs).
+    ///
+    /// # Panics
+    /// If the type cannot be dequantized ([`dot::can_dequantize`], checked at load).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert_eq!(out.len(), self.n_in);
         dequantize_row(self.ty, self.row(r), out);
@@ -127,10 +130,24 @@ impl<'a> Activations<'a> {
     }
 }
 
+/// A pointer that tasks writing disjoint parts of one buffer can share.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only to write disjoint ranges from different tasks (see `matmul`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Output rows handed to one task: small enough to balance the threads, large enough that the
-/// per-task overhead does not show.
+/// per-task overhead does not show (for a batch, the block of weights stays in cache while every
+/// token is multiplied with it).
 const ROWS_PER_TASK_DECODE: usize = 64;
-const ROWS_PER_TASK_BATCH: usize = 16;
+const ROWS_PER_TASK_BATCH: usize = 32;
 
 /// `out[t][r] = dot(w.row(r), x[t])` for every token `t` and output row `r`; `out` is
 /// `n_tokens × n_out`, row-major.
@@ -141,33 +158,32 @@ pub fn matmul(w: &WeightView, x: &mut Activations, out: &mut [f32]) {
     let vdt = vec_dot_type(w.ty);
     let x_row = vdt.row_bytes(w.n_in as u64).expect("checked by WeightView") as usize;
     let xq = x.converted(vdt);
-    let (ty, n) = (w.ty, w.n_in);
+    let (ty, n, rb) = (w.ty, w.n_in, w.row_bytes);
     if n_tokens == 1 {
         out.par_chunks_mut(ROWS_PER_TASK_DECODE)
             .enumerate()
             .for_each(|(c, o)| {
-                for (i, v) in o.iter_mut().enumerate() {
-                    *v = vec_dot(ty, n, w.row(c * ROWS_PER_TASK_DECODE + i), xq);
-                }
+                let r0 = c * ROWS_PER_TASK_DECODE;
+                dot_rows(ty, n, &w.data[r0 * rb..(r0 + o.len()) * rb], xq, o);
             });
         return;
     }
-    // Tasks own blocks of weight rows (each row is read once and stays in cache across the
-    // tokens), computing a transposed block that is scattered into `out` afterwards.
-    let mut tmp = vec![0f32; w.n_out * n_tokens];
-    tmp.par_chunks_mut(ROWS_PER_TASK_BATCH * n_tokens)
-        .enumerate()
-        .for_each(|(c, block)| {
-            for (i, per_token) in block.chunks_mut(n_tokens).enumerate() {
-                let wr = w.row(c * ROWS_PER_TASK_BATCH + i);
-                for (t, v) in per_token.iter_mut().enumerate() {
-                    *v = vec_dot(ty, n, wr, &xq[t * x_row..(t + 1) * x_row]);
-                }
+    // Blocks of weight rows, each multiplied with every token while it is in cache. Task `c`
+    // writes columns `c * ROWS_PER_TASK_BATCH..` of every output row: disjoint between tasks.
+    let n_out = w.n_out;
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    (0..n_out.div_ceil(ROWS_PER_TASK_BATCH))
+        .into_par_iter()
+        .for_each(|c| {
+            let r0 = c * ROWS_PER_TASK_BATCH;
+            let rows = ROWS_PER_TASK_BATCH.min(n_out - r0);
+            let wb = &w.data[r0 * rb..(r0 + rows) * rb];
+            for t in 0..n_tokens {
+                // SAFETY: `out` has `n_tokens * n_out` elements (asserted above); this task alone
+                // writes `out[t * n_out + r0 .. t * n_out + r0 + rows]` (its own row block), and
+                // `out` is borrowed mutably for the whole parallel loop.
+                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * n_out + r0), rows) };
+                dot_rows(ty, n, wb, &xq[t * x_row..(t + 1) * x_row], o);
             }
         });
-    for (r, per_token) in tmp.chunks(n_tokens).enumerate() {
-        for (t, v) in per_token.iter().enumerate() {
-            out[t * w.n_out + r] = *v;
-        }
-    }
 }
