@@ -1,1 +1,44 @@
 //! `ollamars serve`: the Ollama- and OpenAI-compatible HTTP APIs and the model scheduler.
+//!
+//! The only crate that knows the wire formats: requests are decoded here (`wire`, `openai`)
+//! into engine and registry types, and engine events are encoded back (`inference`).
+//!
+//! - `config`: settings from defaults, the YAML file and `OLLAMARS_*` variables.
+//! - `server`: routes, middleware (request ids, Host check, CORS, limits), listening, shutdown.
+//! - `scheduler`: loaded models, keep-alive, eviction, slots and the queue.
+//! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
+//! - `openai`: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
+//! - `models`: model management (`tags`, `show`, `copy`, `delete`, `pull`, `push`, `create`,
+//!   `blobs`), `ps`, `version`.
+//! - `inference`: shared steps of a generation and the response encoders.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod inference;
+pub mod keep_alive;
+pub mod models;
+pub mod openai;
+pub mod options;
+pub mod scheduler;
+pub mod server;
+pub mod structured;
+pub mod util;
+pub mod wire;
+
+pub use config::Config;
+pub use server::serve;
+
+/// Structured logs on stderr; the level comes from `OLLAMARS_LOG` (or `RUST_LOG`), default
+/// `info`.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("OLLAMARS_LOG")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .try_init();
+}

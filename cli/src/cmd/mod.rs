@@ -6,6 +6,7 @@ mod generate;
 mod inspect;
 mod quantize;
 mod perplexity;
+mod serve;
 mod tokenize;
 
 #[derive(Subcommand)]
@@ -20,6 +21,8 @@ pub enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Show how a model's tokenizer splits a text (ids and pieces, as llama-tokenize).
     Tokenize(tokenize::TokenizeArgs),
+    /// Run the daemon: the Ollama- and OpenAI-compatible HTTP API (see --help for settings)
+    Serve(serve::Args),
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
@@ -29,5 +32,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Quantize(args) => quantize::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

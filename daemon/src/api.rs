@@ -1,0 +1,548 @@
+//! Ollama's inference endpoints: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
+//!
+//! Each handler decodes its body, and hands the shared steps to [`crate::inference`]; the
+//! OpenAI-compatible endpoints (`crate::openai`) call the same `prepare_*` functions.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use engine::chat::{chat_messages, generate_messages, Message, Think, Tool};
+use engine::generate::runner::{Cancel, Command, EmbedRequest as EngineEmbed};
+use engine::template::PromptRequest;
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult};
+use crate::inference::{
+    check_images, find_model, fit_tokens, is_unload, load_answer, model_messages, model_options,
+    render_fitting, respond, start, tokenize, ChatNdjson, GenerateNdjson, Plan, RunInfo, Running,
+};
+use crate::options::Options;
+use crate::server::AppState;
+use crate::structured;
+use crate::util::rfc3339;
+use crate::wire::{
+    check_top_logprobs, model_name, parse_body, parse_keep_alive, parse_think, tools, ChatRequest,
+    EmbedRequest, EmbeddingsRequest, GenerateRequest,
+};
+
+fn into_response(r: ApiResult<Response>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn engine_400(e: engine::Error) -> ApiError {
+    ApiError::bad_request(e.without_path().to_string())
+}
+
+/// What a prepared generation turned into: a run, or an answer that needs no generation.
+pub enum Prepared {
+    Run(Box<Running>),
+    Answer(Response),
+}
+
+/// A chat request in engine terms (from `/api/chat` or `/v1/chat/completions`).
+pub struct ChatCall {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+    pub options: Option<serde_json::Map<String, Value>>,
+    pub format: Option<Value>,
+    pub keep_alive: Option<Value>,
+    pub think: Option<Think>,
+    pub truncate: Option<bool>,
+    pub shift: Option<bool>,
+    pub logprobs: Option<usize>,
+    pub debug_render_only: bool,
+    pub n_images: usize,
+}
+
+pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiResult<Prepared> {
+    let sm = find_model(st, &c.model).await?;
+    let keep_alive = parse_keep_alive(c.keep_alive.as_ref())?;
+    if c.messages.is_empty() && is_unload(keep_alive) {
+        st.sched.expire(&sm.want.path).await;
+        return Ok(Prepared::Answer(load_answer(&c.model, "unload", true)));
+    }
+    check_images(&c.model, c.n_images)?;
+    let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
+        .map_err(ApiError::bad_request)?;
+    let structured = structured::requested(c.format.as_ref())?;
+    let ticket = st.sched.enqueue()?;
+    let mut want = sm.want.clone();
+    want.num_ctx = options.num_ctx;
+    want.keep_alive = keep_alive;
+    let lease = st.sched.acquire(&want).await?;
+    if c.messages.is_empty() {
+        return Ok(Prepared::Answer(load_answer(&c.model, "load", true)));
+    }
+    let loaded = lease.loaded.clone();
+    let format = loaded
+        .chat_format(sm.model.template.as_deref(), None)
+        .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
+    if !c.tools.is_empty() && !format.capabilities().tools {
+        return Err(ApiError::bad_request(format!(
+            "\"{}\" does not support tools",
+            c.model
+        )));
+    }
+    let think = format
+        .resolve_think(c.think)
+        .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))?;
+    let msgs = chat_messages(
+        sm.model.system.as_deref(),
+        &model_messages(&sm.model),
+        &c.messages,
+    );
+    let truncate = c.truncate.unwrap_or(true);
+    let n_ctx = loaded.n_ctx as usize;
+    let (text, mut tokens, dropped) = {
+        let (loaded, format, tools) = (loaded.clone(), format.clone(), c.tools.clone());
+        let think = think.clone();
+        tokio::task::spawn_blocking(move || {
+            render_fitting(&loaded, &format, &msgs, &tools, think.as_ref(), truncate, n_ctx)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??
+    };
+    if c.debug_render_only {
+        return Ok(Prepared::Answer(
+            axum::Json(
+                json!({"model": c.model, "created_at": rfc3339(std::time::SystemTime::now()),
+                "message": {"role": "assistant", "content": ""}, "done": true,
+                "_debug_info": {"rendered_template": text}}),
+            )
+            .into_response(),
+        ));
+    }
+    let original = tokens.len();
+    let truncation = fit_tokens(
+        &mut tokens,
+        n_ctx,
+        options.num_keep.max(0) as usize,
+        truncate,
+        original,
+        dropped,
+    )?;
+    if let Some(t) = &truncation {
+        tracing::warn!(model = %c.model, original = t.original_tokens, dropped_messages = t.dropped_messages,
+            dropped_tokens = t.dropped_tokens, n_ctx, "prompt truncated to fit the context");
+    }
+    let plan = Plan {
+        info: RunInfo {
+            model: c.model.clone(),
+            started,
+            load_duration: lease.load_duration,
+            prompt: tokens,
+            truncation,
+            context: false,
+        },
+        lease,
+        format: Some(format.clone()),
+        options,
+        tools: c.tools,
+        think,
+        logprobs: c.logprobs,
+        shift: c.shift.unwrap_or(true),
+        structured,
+    };
+    let running = start(plan, Some((&format, &text)), ticket).await?;
+    Ok(Prepared::Run(Box::new(running)))
+}
+
+pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    into_response(
+        async {
+            let req: ChatRequest = parse_body(&body)?;
+            let top = check_top_logprobs(req.top_logprobs)?;
+            let model = model_name(&req.model)?.to_string();
+            let wire_msgs = req.messages.clone().unwrap_or_default();
+            let messages = wire_msgs
+                .iter()
+                .map(|m| m.to_engine())
+                .collect::<ApiResult<Vec<_>>>()?;
+            let n_images = wire_msgs
+                .iter()
+                .map(|m| m.images.as_ref().map_or(0, Vec::len))
+                .sum();
+            let call = ChatCall {
+                model,
+                messages,
+                tools: tools(&req.tools),
+                options: req.options,
+                format: req.format,
+                keep_alive: req.keep_alive,
+                think: parse_think(req.think.as_ref())?,
+                truncate: req.truncate,
+                shift: req.shift,
+                logprobs: req.logprobs.unwrap_or(false).then_some(top),
+                debug_render_only: req.debug_render_only.unwrap_or(false),
+                n_images,
+            };
+            Ok(match prepare_chat(&st, call, started).await? {
+                Prepared::Answer(r) => r,
+                Prepared::Run(run) => respond(*run, ChatNdjson::default(), req.stream.unwrap_or(true)).await,
+            })
+        }
+        .await,
+    )
+}
+
+/// A generate request in engine terms (from `/api/generate` or `/v1/completions`).
+pub struct GenerateCall {
+    pub model: String,
+    pub prompt: String,
+    pub suffix: String,
+    pub system: Option<String>,
+    pub template: Option<String>,
+    pub context: Option<Vec<i64>>,
+    pub raw: bool,
+    pub format: Option<Value>,
+    pub keep_alive: Option<Value>,
+    pub options: Option<serde_json::Map<String, Value>>,
+    pub think: Option<Think>,
+    pub truncate: Option<bool>,
+    pub shift: Option<bool>,
+    pub logprobs: Option<usize>,
+    pub debug_render_only: bool,
+    pub n_images: usize,
+}
+
+pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) -> ApiResult<Prepared> {
+    let sm = find_model(st, &g.model).await?;
+    let keep_alive = parse_keep_alive(g.keep_alive.as_ref())?;
+    if g.prompt.is_empty() && is_unload(keep_alive) {
+        st.sched.expire(&sm.want.path).await;
+        return Ok(Prepared::Answer(load_answer(&g.model, "unload", false)));
+    }
+    let non_empty = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
+    if g.raw && (non_empty(&g.template) || non_empty(&g.system) || g.context.is_some()) {
+        return Err(ApiError::bad_request(
+            "raw mode does not support template, system, or context",
+        ));
+    }
+    check_images(&g.model, g.n_images)?;
+    let options = Options::resolve(model_options(&sm.model).as_ref(), g.options.as_ref())
+        .map_err(ApiError::bad_request)?;
+    let structured = structured::requested(g.format.as_ref())?;
+    let ticket = st.sched.enqueue()?;
+    let mut want = sm.want.clone();
+    want.num_ctx = options.num_ctx;
+    want.keep_alive = keep_alive;
+    let lease = st.sched.acquire(&want).await?;
+    if g.prompt.is_empty() && g.suffix.is_empty() {
+        return Ok(Prepared::Answer(load_answer(&g.model, "load", false)));
+    }
+    let loaded = lease.loaded.clone();
+    let n_ctx = loaded.n_ctx as usize;
+    let (format, think, text) = if g.raw {
+        (None, None, g.prompt.clone())
+    } else {
+        let format = loaded
+            .chat_format(sm.model.template.as_deref(), g.template.as_deref())
+            .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
+        if !g.suffix.is_empty() && !format.capabilities().insert {
+            return Err(ApiError::bad_request(format!(
+                "\"{}\" does not support insert",
+                g.model
+            )));
+        }
+        let think = format
+            .resolve_think(g.think)
+            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", g.model)))?;
+        let mut text = String::new();
+        if let Some(ctx) = &g.context {
+            let n_vocab = loaded.vocab.n_tokens() as i64;
+            let ids = ctx
+                .iter()
+                .map(|&t| {
+                    if (0..n_vocab).contains(&t) {
+                        Ok(t as u32)
+                    } else {
+                        Err(())
+                    }
+                })
+                .collect::<Result<Vec<u32>, ()>>()
+                .map_err(|_| {
+                    ApiError::bad_request("context holds a token id outside the model's vocabulary")
+                })?;
+            text.push_str(&loaded.vocab.detokenize(&ids, false, true));
+        }
+        let msgs = generate_messages(
+            g.system.as_deref(),
+            sm.model.system.as_deref(),
+            &model_messages(&sm.model),
+            &g.prompt,
+            0,
+            g.context.is_some(),
+        );
+        let rendered = if g.suffix.is_empty() {
+            format.render(&PromptRequest::chat(&msgs, &[], think.as_ref()))
+        } else {
+            format.render(&PromptRequest {
+                prompt: &g.prompt,
+                suffix: &g.suffix,
+                ..PromptRequest::chat(&msgs, &[], think.as_ref())
+            })
+        }
+        .map_err(engine_400)?;
+        text.push_str(&rendered);
+        (Some(format), think, text)
+    };
+    if g.debug_render_only {
+        return Ok(Prepared::Answer(
+            axum::Json(
+                json!({"model": g.model, "created_at": rfc3339(std::time::SystemTime::now()),
+                "response": "", "done": true, "_debug_info": {"rendered_template": text}}),
+            )
+            .into_response(),
+        ));
+    }
+    let mut tokens = tokenize(&loaded, &text);
+    let original = tokens.len();
+    let truncation = fit_tokens(
+        &mut tokens,
+        n_ctx,
+        options.num_keep.max(0) as usize,
+        g.truncate.unwrap_or(true),
+        original,
+        0,
+    )?;
+    if let Some(t) = &truncation {
+        tracing::warn!(model = %g.model, original = t.original_tokens, dropped_tokens = t.dropped_tokens, n_ctx,
+            "prompt truncated to fit the context");
+    }
+    let plan = Plan {
+        info: RunInfo {
+            model: g.model.clone(),
+            started,
+            load_duration: lease.load_duration,
+            prompt: tokens,
+            truncation,
+            context: !g.raw,
+        },
+        lease,
+        format: format.clone(),
+        options,
+        tools: Vec::new(),
+        think,
+        logprobs: g.logprobs,
+        shift: g.shift.unwrap_or(true),
+        structured,
+    };
+    let parser = format.as_deref().map(|f| (f, text.as_str()));
+    let running = start(plan, parser, ticket).await?;
+    Ok(Prepared::Run(Box::new(running)))
+}
+
+pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    into_response(
+        async {
+            let req: GenerateRequest = parse_body(&body)?;
+            let top = check_top_logprobs(req.top_logprobs)?;
+            let call = GenerateCall {
+                model: model_name(&req.model)?.to_string(),
+                prompt: req.prompt.unwrap_or_default(),
+                suffix: req.suffix.unwrap_or_default(),
+                system: req.system,
+                template: req.template,
+                context: req.context,
+                raw: req.raw.unwrap_or(false),
+                format: req.format,
+                keep_alive: req.keep_alive,
+                options: req.options,
+                think: parse_think(req.think.as_ref())?,
+                truncate: req.truncate,
+                shift: req.shift,
+                logprobs: req.logprobs.unwrap_or(false).then_some(top),
+                debug_render_only: req.debug_render_only.unwrap_or(false),
+                n_images: req.images.as_ref().map_or(0, Vec::len),
+            };
+            Ok(match prepare_generate(&st, call, started).await? {
+                Prepared::Answer(r) => r,
+                Prepared::Run(run) => respond(*run, GenerateNdjson, req.stream.unwrap_or(true)).await,
+            })
+        }
+        .await,
+    )
+}
+
+/// Embeddings of several texts, L2-normalized (and cut to `dimensions`, then normalized again).
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: usize,
+    pub load_duration: std::time::Duration,
+}
+
+pub async fn embed_texts(
+    st: &AppState,
+    model: &str,
+    inputs: Vec<String>,
+    truncate: bool,
+    dimensions: Option<usize>,
+    options: Option<&serde_json::Map<String, Value>>,
+    keep_alive: Option<&Value>,
+) -> ApiResult<Embedded> {
+    let sm = find_model(st, model).await?;
+    let keep_alive = parse_keep_alive(keep_alive)?;
+    let options =
+        Options::resolve(model_options(&sm.model).as_ref(), options).map_err(ApiError::bad_request)?;
+    let ticket = st.sched.enqueue()?;
+    let mut want = sm.want.clone();
+    want.num_ctx = options.num_ctx;
+    want.keep_alive = keep_alive;
+    let lease = st.sched.acquire(&want).await?;
+    if inputs.is_empty() {
+        return Ok(Embedded {
+            vectors: Vec::new(),
+            prompt_tokens: 0,
+            load_duration: lease.load_duration,
+        });
+    }
+    let n_ctx = lease.loaded.n_ctx as usize;
+    let mut token_lists = Vec::with_capacity(inputs.len());
+    for text in &inputs {
+        let mut t = lease.loaded.vocab.tokenize(text, true, false);
+        if t.is_empty() {
+            return Err(ApiError::bad_request("cannot embed an empty input"));
+        }
+        if t.len() > n_ctx {
+            if !truncate {
+                return Err(ApiError::bad_request(
+                    "the input length exceeds the context length",
+                ));
+            }
+            t.truncate(n_ctx);
+        }
+        token_lists.push(t);
+    }
+    let prompt_tokens = token_lists.iter().map(Vec::len).sum();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cancel = Cancel::new();
+    let _guard = cancel.guard();
+    lease.submit(Command::Embed(EngineEmbed {
+        inputs: token_lists,
+        cancel,
+        reply: Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    }))?;
+    drop(ticket);
+    let vectors = rx
+        .await
+        .map_err(|_| ApiError::internal("the model's runner stopped"))?
+        .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
+    let mut out = Vec::with_capacity(vectors.len());
+    for mut v in vectors {
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(ApiError::internal("embedding contains NaN or Inf values"));
+        }
+        if let Some(d) = dimensions.filter(|&d| d > 0 && d < v.len()) {
+            v.truncate(d);
+            normalize(&mut v);
+        }
+        out.push(v);
+    }
+    Ok(Embedded {
+        vectors: out,
+        prompt_tokens,
+        load_duration: lease.load_duration,
+    })
+}
+
+fn normalize(v: &mut [f32]) {
+    let norm = v
+        .iter()
+        .map(|x| (*x as f64) * (*x as f64))
+        .sum::<f64>()
+        .sqrt()
+        .max(1e-12);
+    v.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
+}
+
+/// `input` as a list of texts: a string (empty: none) or a list of strings.
+pub fn input_texts(v: Option<&Value>) -> ApiResult<Vec<String>> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) if s.is_empty() => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::bad_request("invalid input type"))
+            })
+            .collect(),
+        Some(_) => Err(ApiError::bad_request("invalid input type")),
+    }
+}
+
+pub async fn embed(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    into_response(
+        async {
+            let req: EmbedRequest = parse_body(&body)?;
+            let model = model_name(&req.model)?.to_string();
+            let inputs = input_texts(req.input.as_ref())?;
+            let dims = match req.dimensions {
+                Some(d) if d < 0 => return Err(ApiError::bad_request("dimensions must be positive")),
+                d => d.map(|d| d as usize),
+            };
+            let e = embed_texts(
+                &st,
+                &model,
+                inputs,
+                req.truncate.unwrap_or(true),
+                dims,
+                req.options.as_ref(),
+                req.keep_alive.as_ref(),
+            )
+            .await?;
+            let mut v = json!({"model": model, "embeddings": e.vectors});
+            if !e.vectors.is_empty() {
+                v["total_duration"] = json!(started.elapsed().as_nanos() as u64);
+                v["load_duration"] = json!(e.load_duration.as_nanos() as u64);
+                v["prompt_eval_count"] = json!(e.prompt_tokens);
+            }
+            Ok(axum::Json(v).into_response())
+        }
+        .await,
+    )
+}
+
+/// The legacy endpoint: one prompt, `{"embedding": [...]}`.
+pub async fn embeddings(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    into_response(
+        async {
+            let req: EmbeddingsRequest = parse_body(&body)?;
+            let model = model_name(&req.model)?.to_string();
+            let prompt = req.prompt.unwrap_or_default();
+            let inputs = if prompt.is_empty() {
+                Vec::new()
+            } else {
+                vec![prompt]
+            };
+            let e = embed_texts(
+                &st,
+                &model,
+                inputs,
+                true,
+                None,
+                req.options.as_ref(),
+                req.keep_alive.as_ref(),
+            )
+            .await?;
+            let v: Vec<f64> = e
+                .vectors
+                .first()
+                .map(|v| v.iter().map(|&x| x as f64).collect())
+                .unwrap_or_default();
+            Ok(axum::Json(json!({ "embedding": v })).into_response())
+        }
+        .await,
+    )
+}
