@@ -4,8 +4,8 @@ use clap::Subcommand;
 
 mod generate;
 mod inspect;
-mod quantize;
 mod perplexity;
+mod quantize;
 mod serve;
 mod tokenize;
 
