@@ -14,6 +14,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
 use crate::keep_alive::KeepAlive;
+use crate::security::ApiKey;
 
 /// Where the daemon listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +132,12 @@ pub struct Config {
     pub max_request_bytes: u64,
     /// Engine worker threads per model (0: one per CPU).
     pub num_threads: usize,
+    /// API keys (inline and from `api_keys_file`); empty: no authentication.
+    pub api_keys: Vec<ApiKey>,
+    /// The keys file, if one is set.
+    pub api_keys_file: Option<PathBuf>,
+    /// Listen on a non-loopback address even without API keys.
+    pub allow_remote: bool,
     /// Where each setting came from, by key.
     pub sources: Vec<(&'static str, Source)>,
 }
@@ -217,6 +224,24 @@ pub const SETTINGS: &[SettingDoc] = &[
         default: "0",
         help: "engine threads per model, 0 = one per CPU",
     },
+    SettingDoc {
+        key: "api_keys",
+        env: "OLLAMARS_API_KEYS",
+        default: "(none: no authentication)",
+        help: "API keys, comma-separated: KEY or admin:KEY (every endpoint), read:KEY (inference, list, show, ps, version, metrics); clients send Authorization: Bearer KEY",
+    },
+    SettingDoc {
+        key: "api_keys_file",
+        env: "OLLAMARS_API_KEYS_FILE",
+        default: "(none)",
+        help: "file of API keys, one entry per line as in api_keys, # comments; added to api_keys",
+    },
+    SettingDoc {
+        key: "allow_remote",
+        env: "OLLAMARS_ALLOW_REMOTE",
+        default: "false",
+        help: "listen on a non-loopback address without API keys (prints a warning; model management stays loopback-only)",
+    },
 ];
 
 /// The config file's contents: every key optional, nothing else allowed.
@@ -235,6 +260,9 @@ struct FileConfig {
     max_memory: Option<Parsed<Bytes>>,
     max_request_bytes: Option<Parsed<Bytes>>,
     num_threads: Option<Parsed<Count>>,
+    api_keys: Option<Keys>,
+    api_keys_file: Option<PathBuf>,
+    allow_remote: Option<Parsed<Flag>>,
 }
 
 /// A setting parsed from its text form (strings, and numbers or booleans written bare in YAML).
@@ -332,6 +360,38 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+struct Flag(bool);
+impl Setting for Flag {
+    fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Flag(true)),
+            "0" | "false" | "no" | "off" => Ok(Flag(false)),
+            _ => Err(format!("{s:?} is not a boolean (true or false)")),
+        }
+    }
+}
+
+/// `api_keys`: a comma-separated string or a list of entries.
+struct Keys(Vec<ApiKey>);
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_yaml::Value::deserialize(d)? {
+            serde_yaml::Value::String(s) => ApiKey::parse_list(&s).map(Keys).map_err(D::Error::custom),
+            serde_yaml::Value::Sequence(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    serde_yaml::Value::String(s) => ApiKey::parse(&s).map_err(D::Error::custom),
+                    _ => Err(D::Error::custom("an API key must be a string")),
+                })
+                .collect::<Result<_, _>>()
+                .map(Keys),
+            _ => Err(D::Error::custom(
+                "expected a list of API keys or a comma-separated string",
+            )),
+        }
+    }
+}
+
 struct Origins(Vec<String>);
 impl<'de> Deserialize<'de> for Origins {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -419,6 +479,9 @@ impl Config {
             max_memory: total_memory() / 10 * 9,
             max_request_bytes: 64 << 20,
             num_threads: 0,
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            allow_remote: false,
             sources: SETTINGS.iter().map(|s| (s.key, Source::Default)).collect(),
         };
         let from_file = Source::File(file_path.clone().unwrap_or_default());
@@ -480,6 +543,18 @@ impl Config {
             file.num_threads,
             |c: &mut Config, v: Parsed<Count>| c.num_threads = v.0 .0 as usize
         );
+        file!("api_keys", file.api_keys, |c: &mut Config, v: Keys| c.api_keys =
+            v.0);
+        file!(
+            "api_keys_file",
+            file.api_keys_file,
+            |c: &mut Config, v: PathBuf| c.api_keys_file = Some(v)
+        );
+        file!(
+            "allow_remote",
+            file.allow_remote,
+            |c: &mut Config, v: Parsed<Flag>| c.allow_remote = v.0 .0
+        );
 
         for doc in SETTINGS {
             let Some(raw) = env(doc.env) else { continue };
@@ -505,9 +580,19 @@ impl Config {
                 "max_memory" => cfg.max_memory = parse_bytes(&raw).map_err(bad)?,
                 "max_request_bytes" => cfg.max_request_bytes = parse_bytes(&raw).map_err(bad)?,
                 "num_threads" => cfg.num_threads = Count::parse(&raw).map_err(bad)?.0 as usize,
+                "api_keys" => cfg.api_keys = ApiKey::parse_list(&raw).map_err(bad)?,
+                "api_keys_file" => cfg.api_keys_file = Some(PathBuf::from(&raw)),
+                "allow_remote" => cfg.allow_remote = Flag::parse(&raw).map_err(bad)?.0,
                 _ => unreachable!("every documented setting is handled"),
             }
             cfg.set_source(doc.key, Source::Env(doc.env));
+        }
+        if let Some(path) = &cfg.api_keys_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("api_keys_file {}: {e}", path.display())))?;
+            let keys = ApiKey::parse_file(&text)
+                .map_err(|e| ConfigError(format!("api_keys_file {}: {e}", path.display())))?;
+            cfg.api_keys.extend(keys);
         }
         if cfg.num_parallel > engine::kv::MAX_SEQ {
             return Err(ConfigError(format!(
@@ -549,6 +634,26 @@ impl Config {
             "max_memory" => self.max_memory.to_string(),
             "max_request_bytes" => self.max_request_bytes.to_string(),
             "num_threads" => self.num_threads.to_string(),
+            // Never the secrets themselves.
+            "api_keys" if self.api_keys.is_empty() => String::new(),
+            "api_keys" => {
+                let admin = self
+                    .api_keys
+                    .iter()
+                    .filter(|k| k.scope == crate::security::Scope::Admin)
+                    .count();
+                format!(
+                    "<{} keys: {admin} admin, {} read-only>",
+                    self.api_keys.len(),
+                    self.api_keys.len() - admin
+                )
+            }
+            "api_keys_file" => self
+                .api_keys_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            "allow_remote" => self.allow_remote.to_string(),
             _ => String::new(),
         }
     }
@@ -681,6 +786,63 @@ mod tests {
         assert!(e.contains("OLLAMARS_KV_CACHE_TYPE"), "{e}");
         let e = load(None, &[("OLLAMARS_HOST", "x:y")]).unwrap_err().to_string();
         assert!(e.contains("OLLAMARS_HOST"), "{e}");
+    }
+
+    #[test]
+    fn api_keys_from_env_file_and_keys_file() {
+        use crate::security::{key_scope, Scope};
+        let dir = tempfile::tempdir().unwrap();
+        let kf = dir.path().join("keys");
+        std::fs::write(&kf, "# ops\nread:file-read-key-0123456789\n").unwrap();
+        let file = format!(
+            "api_keys:\n  - file-admin-key-0123456789\napi_keys_file: {}\nallow_remote: true\n",
+            kf.display()
+        );
+        let c = load(Some(&file), &[]).unwrap();
+        assert_eq!(c.api_keys.len(), 2);
+        assert!(c.allow_remote);
+        assert_eq!(
+            key_scope(&c.api_keys, "file-admin-key-0123456789"),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            key_scope(&c.api_keys, "file-read-key-0123456789"),
+            Some(Scope::ReadOnly)
+        );
+        let d = c.describe();
+        assert!(d.contains("<2 keys: 1 admin, 1 read-only>"), "{d}");
+        assert!(!d.contains("key-0123456789\""), "secrets printed: {d}");
+        // The environment replaces the file's inline keys; the keys file still adds its own.
+        let c = load(
+            Some(&file),
+            &[("OLLAMARS_API_KEYS", "read:env-read-key-0123456789")],
+        )
+        .unwrap();
+        assert_eq!(key_scope(&c.api_keys, "file-admin-key-0123456789"), None);
+        assert_eq!(
+            key_scope(&c.api_keys, "env-read-key-0123456789"),
+            Some(Scope::ReadOnly)
+        );
+        assert_eq!(
+            key_scope(&c.api_keys, "file-read-key-0123456789"),
+            Some(Scope::ReadOnly)
+        );
+        assert_eq!(c.source("api_keys"), Source::Env("OLLAMARS_API_KEYS"));
+        let e = load(None, &[("OLLAMARS_API_KEYS", "short")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("OLLAMARS_API_KEYS") && e.contains("at least 16"),
+            "{e}"
+        );
+        let e = load(None, &[("OLLAMARS_API_KEYS_FILE", "/nonexistent/keys")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api_keys_file"), "{e}");
+        let e = load(None, &[("OLLAMARS_ALLOW_REMOTE", "maybe")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("OLLAMARS_ALLOW_REMOTE"), "{e}");
     }
 
     #[test]

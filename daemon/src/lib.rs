@@ -5,6 +5,7 @@
 //!
 //! - `config`: settings from defaults, the YAML file and `OLLAMARS_*` variables.
 //! - `server`: routes, middleware (request ids, Host check, CORS, limits), listening, shutdown.
+//! - `security`: API keys and scopes, the bind policy, admin endpoints for local clients.
 //! - `scheduler`: loaded models, keep-alive, eviction, slots and the queue.
 //! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
 //! - `openai`: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
@@ -21,6 +22,7 @@ pub mod models;
 pub mod openai;
 pub mod options;
 pub mod scheduler;
+pub mod security;
 pub mod server;
 pub mod structured;
 pub mod util;

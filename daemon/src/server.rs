@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::config::{Config, Listen};
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::{api, models, openai};
+use crate::{api, models, openai, security};
 
 /// What every handler shares.
 pub struct AppState {
@@ -261,6 +261,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{*model}", get(models::openai_model))
         .layer(DefaultBodyLimit::max(limit))
         .merge(blobs)
+        .layer(middleware::from_fn_with_state(state.clone(), security::authorize))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn(trace))
         .with_state(state)
@@ -271,6 +272,9 @@ const GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<(), String> {
+    if let Some(warning) = security::check_bind(&config)? {
+        tracing::warn!("{warning}");
+    }
     let store = registry::Store::open(&config.models).map_err(|e| e.to_string())?;
     let client = registry::Client::new().map_err(|e| e.to_string())?;
     let sched = Scheduler::new(SchedulerConfig {
@@ -327,6 +331,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), version = env!("CARGO_PKG_VERSION"), "listening");
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -344,6 +349,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
             let listener = tokio::net::UnixListener::bind(path)
                 .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
             tracing::info!(socket = %path.display(), version = env!("CARGO_PKG_VERSION"), "listening");
+            let app = app.layer(axum::Extension(security::UnixPeer));
             let r = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
             let _ = std::fs::remove_file(path);
             r.map_err(|e| e.to_string())?;
