@@ -132,6 +132,12 @@ pub struct Config {
     pub max_request_bytes: u64,
     /// Engine worker threads per model (0: one per CPU).
     pub num_threads: usize,
+    /// Most bytes of prompt text in one request (prompt, system, messages' content, input).
+    pub max_prompt_bytes: u64,
+    /// Most images in one request.
+    pub max_images: usize,
+    /// How long a client may take to send a request head or a JSON body, or pause a blob upload.
+    pub read_timeout: std::time::Duration,
     /// API keys (inline and from `api_keys_file`); empty: no authentication.
     pub api_keys: Vec<ApiKey>,
     /// The keys file, if one is set.
@@ -225,6 +231,24 @@ pub const SETTINGS: &[SettingDoc] = &[
         help: "engine threads per model, 0 = one per CPU",
     },
     SettingDoc {
+        key: "max_prompt_bytes",
+        env: "OLLAMARS_MAX_PROMPT_BYTES",
+        default: "8MiB",
+        help: "most prompt text in one request (prompt, system, message contents, embedding input)",
+    },
+    SettingDoc {
+        key: "max_images",
+        env: "OLLAMARS_MAX_IMAGES",
+        default: "16",
+        help: "most images in one request",
+    },
+    SettingDoc {
+        key: "read_timeout",
+        env: "OLLAMARS_READ_TIMEOUT",
+        default: "60s",
+        help: "how long a client may take to send a request's headers or JSON body, or pause a blob upload (seconds, or with s/m)",
+    },
+    SettingDoc {
         key: "api_keys",
         env: "OLLAMARS_API_KEYS",
         default: "(none: no authentication)",
@@ -260,6 +284,9 @@ struct FileConfig {
     max_memory: Option<Parsed<Bytes>>,
     max_request_bytes: Option<Parsed<Bytes>>,
     num_threads: Option<Parsed<Count>>,
+    max_prompt_bytes: Option<Parsed<Bytes>>,
+    max_images: Option<Parsed<Count>>,
+    read_timeout: Option<Parsed<Seconds>>,
     api_keys: Option<Keys>,
     api_keys_file: Option<PathBuf>,
     allow_remote: Option<Parsed<Flag>>,
@@ -358,6 +385,27 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err(format!("{s:?} is not a size"));
     }
     Ok(v as u64)
+}
+
+/// A positive duration: `30`, `30s`, `2m`, `0.5s`.
+struct Seconds(std::time::Duration);
+impl Setting for Seconds {
+    fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let (num, mult) = if let Some(n) = t.strip_suffix('m') {
+            (n, 60.0)
+        } else {
+            (t.strip_suffix('s').unwrap_or(t), 1.0)
+        };
+        match num.trim().parse::<f64>() {
+            Ok(n) if n > 0.0 && n * mult <= 86400.0 => {
+                Ok(Seconds(std::time::Duration::from_secs_f64(n * mult)))
+            }
+            _ => Err(format!(
+                "{s:?} is not a duration (seconds, or with s/m, up to a day)"
+            )),
+        }
+    }
 }
 
 struct Flag(bool);
@@ -479,6 +527,9 @@ impl Config {
             max_memory: total_memory() / 10 * 9,
             max_request_bytes: 64 << 20,
             num_threads: 0,
+            max_prompt_bytes: 8 << 20,
+            max_images: 16,
+            read_timeout: std::time::Duration::from_secs(60),
             api_keys: Vec::new(),
             api_keys_file: None,
             allow_remote: false,
@@ -543,6 +594,21 @@ impl Config {
             file.num_threads,
             |c: &mut Config, v: Parsed<Count>| c.num_threads = v.0 .0 as usize
         );
+        file!(
+            "max_prompt_bytes",
+            file.max_prompt_bytes,
+            |c: &mut Config, v: Parsed<Bytes>| c.max_prompt_bytes = v.0 .0
+        );
+        file!(
+            "max_images",
+            file.max_images,
+            |c: &mut Config, v: Parsed<Count>| c.max_images = v.0 .0 as usize
+        );
+        file!(
+            "read_timeout",
+            file.read_timeout,
+            |c: &mut Config, v: Parsed<Seconds>| c.read_timeout = v.0 .0
+        );
         file!("api_keys", file.api_keys, |c: &mut Config, v: Keys| c.api_keys =
             v.0);
         file!(
@@ -580,6 +646,9 @@ impl Config {
                 "max_memory" => cfg.max_memory = parse_bytes(&raw).map_err(bad)?,
                 "max_request_bytes" => cfg.max_request_bytes = parse_bytes(&raw).map_err(bad)?,
                 "num_threads" => cfg.num_threads = Count::parse(&raw).map_err(bad)?.0 as usize,
+                "max_prompt_bytes" => cfg.max_prompt_bytes = parse_bytes(&raw).map_err(bad)?,
+                "max_images" => cfg.max_images = Count::parse(&raw).map_err(bad)?.0 as usize,
+                "read_timeout" => cfg.read_timeout = Seconds::parse(&raw).map_err(bad)?.0,
                 "api_keys" => cfg.api_keys = ApiKey::parse_list(&raw).map_err(bad)?,
                 "api_keys_file" => cfg.api_keys_file = Some(PathBuf::from(&raw)),
                 "allow_remote" => cfg.allow_remote = Flag::parse(&raw).map_err(bad)?.0,
@@ -634,6 +703,9 @@ impl Config {
             "max_memory" => self.max_memory.to_string(),
             "max_request_bytes" => self.max_request_bytes.to_string(),
             "num_threads" => self.num_threads.to_string(),
+            "max_prompt_bytes" => self.max_prompt_bytes.to_string(),
+            "max_images" => self.max_images.to_string(),
+            "read_timeout" => format!("{}s", self.read_timeout.as_secs_f64()),
             // Never the secrets themselves.
             "api_keys" if self.api_keys.is_empty() => String::new(),
             "api_keys" => {

@@ -15,10 +15,12 @@ pub struct ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
+    /// An error; absolute server paths in the message are redacted (`security::redact_paths`).
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        let message = message.into();
         ApiError {
             status,
-            message: message.into(),
+            message: crate::security::redact_paths(&message).into_owned(),
         }
     }
 

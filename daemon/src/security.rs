@@ -11,11 +11,14 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::{Config, Listen};
@@ -271,10 +274,378 @@ pub async fn authorize(State(st): State<Arc<AppState>>, req: Request, next: Next
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Limits: what one request may cost the server.
+
+/// Largest request head (request line and headers) hyper buffers; more gets 431.
+pub const MAX_HEADER_BYTES: usize = 64 << 10;
+/// Most header fields in one request.
+pub const MAX_HEADERS: usize = 100;
+/// Deepest JSON nesting accepted in a request body.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// The deepest array/object nesting in a JSON text (strings skipped), stopping early once it
+/// passes `max`.
+pub fn json_depth(bytes: &[u8], max: usize) -> usize {
+    let (mut depth, mut deepest, mut in_str, mut esc) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > max {
+                    return deepest;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Keys whose string values are prompt text (Ollama's and OpenAI's request bodies).
+const TEXT_KEYS: &[&str] = &["prompt", "suffix", "system", "content", "input", "text"];
+
+/// Prompt bytes and images in a request body.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub text_bytes: usize,
+    pub images: usize,
+}
+
+fn text_len(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(text_len).sum(),
+        // OpenAI content parts: {"type": "text", "text": "..."}.
+        Value::Object(o) => o.get("text").map_or(0, text_len),
+        _ => 0,
+    }
+}
+
+/// Adds up the prompt text and the images of a request, wherever they are nested
+/// (`messages[].content`, `messages[].images`, OpenAI `image_url` parts, `input` arrays).
+pub fn usage(v: &serde_json::Value) -> Usage {
+    use serde_json::Value;
+    let mut u = Usage::default();
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(a) => stack.extend(a),
+            Value::Object(o) => {
+                if o.get("type").and_then(Value::as_str) == Some("image_url") {
+                    u.images += 1;
+                }
+                for (k, v) in o {
+                    if k == "images" {
+                        u.images += v.as_array().map_or(1, Vec::len);
+                    } else if TEXT_KEYS.contains(&k.as_str()) {
+                        u.text_bytes += text_len(v);
+                        // Content parts may also be images.
+                        u.images += v.as_array().map_or(0, |parts| {
+                            parts
+                                .iter()
+                                .filter(|p| p.get("type").and_then(Value::as_str) == Some("image_url"))
+                                .count()
+                        });
+                    } else {
+                        stack.push(v);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    u
+}
+
+/// The limits a request body is held to.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    pub max_prompt_bytes: usize,
+    pub max_images: usize,
+}
+
+impl BodyLimits {
+    pub fn from_config(c: &Config) -> BodyLimits {
+        BodyLimits {
+            max_bytes: usize::try_from(c.max_request_bytes).unwrap_or(usize::MAX),
+            max_prompt_bytes: usize::try_from(c.max_prompt_bytes).unwrap_or(usize::MAX),
+            max_images: c.max_images,
+        }
+    }
+
+    /// Checks a JSON body: nesting depth, prompt length, images. A body that is not JSON is
+    /// left to the handler, which reports its own error.
+    pub fn check_json(&self, body: &[u8]) -> Result<(), (StatusCode, String)> {
+        if json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("request JSON is nested deeper than {MAX_JSON_DEPTH} levels"),
+            ));
+        }
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Ok(());
+        };
+        let u = usage(&v);
+        if u.text_bytes > self.max_prompt_bytes {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "prompt too long: {} bytes of text, the limit is {} (max_prompt_bytes, OLLAMARS_MAX_PROMPT_BYTES)",
+                    u.text_bytes, self.max_prompt_bytes
+                ),
+            ));
+        }
+        if u.images > self.max_images {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "too many images: {}, the limit is {} (max_images, OLLAMARS_MAX_IMAGES)",
+                    u.images, self.max_images
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A body stream that fails when the client pauses longer than `idle` between chunks.
+fn idle_timeout(body: Body, idle: Duration) -> Body {
+    let stream = body.into_data_stream();
+    Body::from_stream(futures_util::stream::unfold(stream, move |mut s| async move {
+        match tokio::time::timeout(idle, s.next()).await {
+            Ok(Some(chunk)) => Some((chunk.map_err(std::io::Error::other), s)),
+            Ok(None) => None,
+            Err(_) => Some((
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no data from the client for {}s", idle.as_secs()),
+                )),
+                s,
+            )),
+        }
+    }))
+}
+
+/// The middleware: blob uploads may pause at most `read_timeout` between chunks (they may take
+/// hours in total); every other body is read here, within `read_timeout` and
+/// `max_request_bytes`, and checked before the handler sees it.
+pub async fn limit(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if path.starts_with("/api/blobs/") {
+        let idle = st.config.read_timeout;
+        let req = req.map(|b| idle_timeout(b, idle));
+        return next.run(req).await;
+    }
+    let limits = BodyLimits::from_config(&st.config);
+    let too_large = || {
+        reject(
+            &path,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "request body larger than {} bytes (max_request_bytes, OLLAMARS_MAX_REQUEST_BYTES)",
+                limits.max_bytes
+            ),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let timeout = st.config.read_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => {
+                return reject(
+                    &path,
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "request body not received within {}s (read_timeout, OLLAMARS_READ_TIMEOUT)",
+                        timeout.as_secs_f64()
+                    ),
+                )
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return reject(
+                    &path,
+                    StatusCode::BAD_REQUEST,
+                    format!("reading the request body: {e}"),
+                )
+            }
+            Ok(Some(Ok(chunk))) => {
+                if buf.len() + chunk.len() > limits.max_bytes {
+                    return too_large();
+                }
+                buf.extend_from_slice(&chunk);
+            }
+        }
+    }
+    if !buf.is_empty() {
+        if let Err((status, msg)) = limits.check_json(&buf) {
+            return reject(&path, status, msg);
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(buf))).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error messages: no absolute path of the server's disk reaches a client.
+
+/// Replaces every absolute filesystem path in a message by `…/` and its last component, so
+/// errors still say which file without telling a client where the server keeps it. API routes
+/// (`/api/…`, `/v1/…`) and URLs are left alone.
+pub fn redact_paths(msg: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = msg.as_bytes();
+    let is_start = |i: usize| {
+        bytes[i] == b'/'
+            && (i == 0
+                || matches!(
+                    bytes[i - 1],
+                    b' ' | b'"' | b'\'' | b'(' | b'=' | b'`' | b'[' | b'\t' | b'\n'
+                ))
+    };
+    let ends = |b: u8| {
+        matches!(
+            b,
+            b' ' | b'"' | b'\'' | b')' | b'`' | b',' | b';' | b']' | b'\t' | b'\n'
+        )
+    };
+    if !(0..bytes.len()).any(is_start) {
+        return msg.into();
+    }
+    let mut out = String::with_capacity(msg.len());
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        if !is_start(i) {
+            i += 1;
+            continue;
+        }
+        let end = (i..bytes.len()).find(|&j| ends(bytes[j])).unwrap_or(bytes.len());
+        let token = &msg[i..end];
+        // A trailing ':' ends a path in "path: error" messages.
+        let token = token.strip_suffix(':').unwrap_or(token);
+        let is_route = ["/api/", "/v1/", "/metrics"].iter().any(|r| token.starts_with(r));
+        if token.matches('/').count() >= 2 && !is_route {
+            let base = token.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+            out.push_str(&msg[copied..i]);
+            out.push_str("…/");
+            out.push_str(base);
+            copied = i + token.len();
+        }
+        i = end.max(i + 1);
+    }
+    out.push_str(&msg[copied..]);
+    out.into()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections: hyper with a header read timeout and bounded request heads.
+
+/// What a connection's peer is, put into every request's extensions.
+pub trait PeerInfo: Send + Sync + 'static {
+    fn insert_into(&self, ext: &mut axum::http::Extensions);
+}
+
+impl PeerInfo for SocketAddr {
+    fn insert_into(&self, ext: &mut axum::http::Extensions) {
+        ext.insert(ConnectInfo(*self));
+    }
+}
+
+impl PeerInfo for tokio::net::unix::SocketAddr {
+    fn insert_into(&self, ext: &mut axum::http::Extensions) {
+        ext.insert(UnixPeer);
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets open connections finish
+/// their requests. Unlike `axum::serve`, request heads must arrive within `header_timeout`
+/// and fit in [`MAX_HEADER_BYTES`] (else the connection closes, or 431), so slow clients
+/// cannot hold connections open indefinitely.
+pub async fn serve_connections<L>(
+    mut listener: L,
+    app: axum::Router,
+    header_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) where
+    L: axum::serve::Listener,
+    L::Addr: PeerInfo + Clone,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let (close_tx, close_rx) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, peer) = tokio::select! {
+            conn = listener.accept() => conn,
+            _ = &mut shutdown => break,
+        };
+        let app = app.clone();
+        let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let mut req = req.map(Body::new);
+            peer.insert_into(req.extensions_mut());
+            tower_service::Service::call(&mut app.clone(), req)
+        });
+        let mut close_rx = close_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .max_buf_size(MAX_HEADER_BYTES)
+                .max_headers(MAX_HEADERS);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_header_list_size(MAX_HEADER_BYTES as u32);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection closed: {e}");
+                    }
+                    return;
+                }
+                _ = close_rx.changed() => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+    // Ask idle connections to close, and wait for the busy ones to finish.
+    let _ = close_tx.send(());
+    drop(close_rx);
+    close_tx.closed().await;
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use axum::body::Body;
     use axum::http::Method;
     use tower::ServiceExt as _;
 
@@ -568,6 +939,152 @@ pub(crate) mod tests {
         }
         for h in ["0.0.0.0", "::", "192.168.1.2", "example.com"] {
             assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn json_depth_and_usage() {
+        assert_eq!(json_depth(br#"{"a":[1,{"b":"[[[["}]}"#, 64), 3);
+        assert_eq!(json_depth(br#""\"[[[""#, 64), 0);
+        let deep = "[".repeat(100_000);
+        assert_eq!(json_depth(deep.as_bytes(), 64), 65);
+        let v = serde_json::json!({
+            "model": "m", "prompt": "hello", "system": "sys",
+            "images": ["a", "b"],
+            "messages": [
+                {"role": "user", "content": "four", "images": ["c"]},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "abc"},
+                    {"type": "image_url", "image_url": {"url": "data:..."}}
+                ]}
+            ],
+            "input": ["xx", "yy"],
+            "options": {"stop": ["zzzzzzzz"]}
+        });
+        assert_eq!(
+            usage(&v),
+            Usage {
+                text_bytes: 5 + 3 + 4 + 3 + 4,
+                images: 4
+            }
+        );
+    }
+
+    #[test]
+    fn check_json_limits() {
+        let l = BodyLimits {
+            max_bytes: 1 << 20,
+            max_prompt_bytes: 10,
+            max_images: 2,
+        };
+        assert!(l.check_json(br#"{"prompt":"0123456789"}"#).is_ok());
+        let (s, m) = l.check_json(br#"{"prompt":"0123456789x"}"#).unwrap_err();
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(m.contains("OLLAMARS_MAX_PROMPT_BYTES"), "{m}");
+        let (s, m) = l.check_json(br#"{"images":["a","b","c"]}"#).unwrap_err();
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(m.contains("too many images"), "{m}");
+        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
+        assert_eq!(
+            l.check_json(deep.as_bytes()).unwrap_err().0,
+            StatusCode::BAD_REQUEST
+        );
+        // Not JSON: the handler reports it.
+        assert!(l.check_json(b"not json").is_ok());
+    }
+
+    #[test]
+    fn paths_are_redacted() {
+        let r = |s: &str| redact_paths(s).into_owned();
+        assert_eq!(
+            r("open /home/alice/.ollamars/models/blobs/sha256-ab: No such file"),
+            "open …/sha256-ab: No such file"
+        );
+        assert_eq!(
+            r("bad file \"/var/lib/x/model.gguf\""),
+            "bad file \"…/model.gguf\""
+        );
+        assert_eq!(r("(/tmp/a/b) and /etc/passwd"), "(…/b) and …/passwd");
+        // Routes, URLs, relative paths and single-component words stay.
+        for keep in [
+            "POST /api/blobs/sha256:00 first",
+            "see https://example.com/a/b/c",
+            "blobs/sha256-00 missing",
+            "a/b/c",
+            "ratio 3/4",
+            "/ alone",
+            "/single",
+        ] {
+            assert_eq!(r(keep), keep);
+        }
+        assert_eq!(
+            ApiError::internal("reading /root/models/manifests/x/y: denied").message,
+            "reading …/y: denied"
+        );
+    }
+
+    #[tokio::test]
+    async fn limits_reject_before_the_handler() {
+        let (app, _d) = app(&[
+            ("OLLAMARS_MAX_REQUEST_BYTES", "4096"),
+            ("OLLAMARS_MAX_PROMPT_BYTES", "100"),
+            ("OLLAMARS_MAX_IMAGES", "1"),
+        ]);
+        let big = format!("{{\"model\":\"m\",\"prompt\":\"{}\"}}", "x".repeat(5000));
+        let (s, _, v) = call(&app, LOCAL, Method::POST, "/api/generate", &[], &big).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(v["error"].as_str().unwrap().contains("max_request_bytes"), "{v}");
+        let long = format!("{{\"model\":\"m\",\"prompt\":\"{}\"}}", "x".repeat(101));
+        let (s, _, v) = call(&app, LOCAL, Method::POST, "/api/generate", &[], &long).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(v["error"].as_str().unwrap().contains("prompt too long"), "{v}");
+        let imgs = r#"{"model":"m","messages":[{"role":"user","content":"hi","images":["a","b"]}]}"#;
+        let (s, _, _) = call(&app, LOCAL, Method::POST, "/api/chat", &[], imgs).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        let deep = format!("{{\"model\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        let (s, _, v) = call(&app, LOCAL, Method::POST, "/v1/chat/completions", &[], &deep).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("nested deeper"),
+            "{v}"
+        );
+        // Within the limits the handler answers (here: no such model).
+        let ok = r#"{"model":"missing","prompt":"hi"}"#;
+        let (s, _, _) = call(&app, LOCAL, Method::POST, "/api/generate", &[], ok).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_times_out() {
+        let (app, _d) = app(&[("OLLAMARS_READ_TIMEOUT", "0.3s")]);
+        for path in [
+            "/api/generate",
+            "/api/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ] {
+            // One chunk, then nothing, without ending the body.
+            let stream = futures_util::stream::once(async {
+                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"{\"model\""))
+            })
+            .chain(futures_util::stream::pending());
+            let mut req = Request::builder()
+                .method(Method::POST)
+                .uri(path)
+                .header(header::HOST, "localhost")
+                .body(Body::from_stream(stream))
+                .unwrap();
+            req.extensions_mut()
+                .insert(ConnectInfo(LOCAL.parse::<SocketAddr>().unwrap()));
+            let t0 = std::time::Instant::now();
+            let resp = tokio::time::timeout(Duration::from_secs(20), app.clone().oneshot(req))
+                .await
+                .expect("the server waited forever for the body")
+                .unwrap();
+            // A JSON body gets 408; the blob handler reports the failed upload its own way.
+            assert!(!resp.status().is_success(), "{path}: {}", resp.status());
+            if path == "/api/generate" {
+                assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10));
         }
     }
 }

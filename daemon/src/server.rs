@@ -261,6 +261,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{*model}", get(models::openai_model))
         .layer(DefaultBodyLimit::max(limit))
         .merge(blobs)
+        .layer(middleware::from_fn_with_state(state.clone(), security::limit))
         .layer(middleware::from_fn_with_state(state.clone(), security::authorize))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn(trace))
@@ -290,6 +291,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
     });
     let security = Security::new(&config);
     let listen = config.host.clone();
+    let read_timeout = config.read_timeout;
     let state = Arc::new(AppState {
         store,
         client,
@@ -331,11 +333,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or(addr), version = env!("CARGO_PKG_VERSION"), "listening");
-            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| e.to_string())?;
+            security::serve_connections(listener, app, read_timeout, shutdown).await;
         }
         Listen::Unix(path) => {
             if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -349,10 +347,8 @@ pub async fn serve(config: Config) -> Result<(), String> {
             let listener = tokio::net::UnixListener::bind(path)
                 .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
             tracing::info!(socket = %path.display(), version = env!("CARGO_PKG_VERSION"), "listening");
-            let app = app.layer(axum::Extension(security::UnixPeer));
-            let r = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+            security::serve_connections(listener, app, read_timeout, shutdown).await;
             let _ = std::fs::remove_file(path);
-            r.map_err(|e| e.to_string())?;
         }
     }
     sched.shutdown(false).await;
