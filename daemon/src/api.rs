@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use engine::chat::{chat_messages, generate_messages, Message, Think, Tool};
 use engine::generate::runner::{Cancel, Command, EmbedRequest as EngineEmbed};
 use engine::template::PromptRequest;
+use engine::TokenId;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult};
@@ -237,6 +238,10 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
     }
     let loaded = lease.loaded.clone();
     let n_ctx = loaded.n_ctx as usize;
+    // `context` (the tokens of an earlier exchange) goes in front of the new prompt as tokens,
+    // never through text: a detokenize/tokenize round trip would change them (a second BOS, a
+    // merged boundary) and miss the runner's cached prefix.
+    let mut context_ids: Vec<TokenId> = Vec::new();
     let (format, think, text) = if g.raw {
         (None, None, g.prompt.clone())
     } else {
@@ -252,7 +257,6 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         let think = format
             .resolve_think(g.think)
             .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", g.model)))?;
-        let mut text = String::new();
         if let Some(ctx) = &g.context {
             let n_vocab = loaded.vocab.n_tokens() as i64;
             let ids = ctx
@@ -268,7 +272,7 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
                 .map_err(|_| {
                     ApiError::bad_request("context holds a token id outside the model's vocabulary")
                 })?;
-            text.push_str(&loaded.vocab.detokenize(&ids, false, true));
+            context_ids = ids;
         }
         let msgs = generate_messages(
             g.system.as_deref(),
@@ -288,8 +292,7 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
             })
         }
         .map_err(engine_400)?;
-        text.push_str(&rendered);
-        (Some(format), think, text)
+        (Some(format), think, rendered)
     };
     if g.debug_render_only {
         return Ok(Prepared::Answer(
@@ -300,7 +303,12 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
             .into_response(),
         ));
     }
-    let mut tokens = tokenize(&loaded, &text);
+    let mut tokens = if context_ids.is_empty() {
+        tokenize(&loaded, &text)
+    } else {
+        context_ids.extend(loaded.vocab.tokenize(&text, false, true));
+        context_ids
+    };
     let original = tokens.len();
     let truncation = fit_tokens(
         &mut tokens,

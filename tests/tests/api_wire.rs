@@ -1,0 +1,422 @@
+//! The Ollama API's wire format against a live daemon, on the tiny fixture model (replies are
+//! noise, but shapes, counts, status codes and model management are real).
+
+use ollamars_tests::daemon::{ndjson, sse_data};
+use ollamars_tests::{models, Daemon};
+use serde_json::{json, Value};
+
+fn tiny_daemon() -> Daemon {
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    d
+}
+
+fn nonzero(v: &Value, key: &str) -> u64 {
+    let n = v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"));
+    assert!(n > 0, "{key} is 0 in {v}");
+    n
+}
+
+#[test]
+fn generate_streams_ndjson_with_final_metrics_and_context() {
+    let d = tiny_daemon();
+    let r = d.post(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "The quick brown fox",
+                "options": {"num_predict": 5, "temperature": 0}}),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/x-ndjson"
+    );
+    let lines = ndjson(r);
+    let (last, chunks) = lines.split_last().unwrap();
+    assert!(!chunks.is_empty(), "{lines:?}");
+    for c in chunks {
+        assert_eq!(c["model"], "tiny");
+        assert_eq!(c["done"], false, "{c}");
+        assert!(c["response"].is_string(), "{c}");
+        assert!(c["created_at"].as_str().unwrap().contains('T'), "{c}");
+    }
+    assert_eq!(last["done"], true);
+    assert_eq!(last["done_reason"], "length");
+    assert_eq!(last["eval_count"], 5);
+    for key in [
+        "total_duration",
+        "load_duration",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+        "eval_duration",
+    ] {
+        nonzero(last, key);
+    }
+    assert!(nonzero(last, "total_duration") >= nonzero(last, "eval_duration"));
+    let context: Vec<u64> = serde_json::from_value(last["context"].clone()).unwrap();
+    // The prompt's tokens (BOS + 5 for this vocabulary) and the 5 generated ones.
+    assert_eq!(
+        context.len() as u64,
+        last["prompt_eval_count"].as_u64().unwrap() + 5,
+        "{last}"
+    );
+
+    // Continuing from `context` puts it in front of the new prompt: the new context extends it.
+    let next = d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": " and", "context": context, "stream": false,
+                "options": {"num_predict": 2, "temperature": 0}}),
+    );
+    let next_ctx: Vec<u64> = serde_json::from_value(next["context"].clone()).unwrap();
+    assert!(next_ctx.len() > context.len() + 2, "{next}");
+    assert_eq!(next_ctx[..context.len()], context[..], "{next}");
+
+    // As in Ollama, raw mode returns no context.
+    let raw = d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "x", "raw": true, "stream": false,
+                "options": {"num_predict": 1}}),
+    );
+    assert!(raw.get("context").is_none(), "{raw}");
+}
+
+#[test]
+fn chat_stream_and_single_reply_shapes() {
+    let d = tiny_daemon();
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                      "options": {"num_predict": 4, "seed": 7}});
+    let lines = ndjson(d.post("/api/chat", &body));
+    let (last, chunks) = lines.split_last().unwrap();
+    let mut streamed = String::new();
+    for c in chunks {
+        assert_eq!(c["message"]["role"], "assistant", "{c}");
+        assert_eq!(c["done"], false);
+        streamed.push_str(c["message"]["content"].as_str().unwrap());
+    }
+    assert_eq!(last["done"], true);
+    assert_eq!(last["done_reason"], "length");
+    assert_eq!(last["eval_count"], 4);
+    assert!(last.get("context").is_none(), "chat has no context: {last}");
+
+    // The same seed without streaming gives the same text in one object.
+    let mut single = body.clone();
+    single["stream"] = json!(false);
+    let one = d.post_ok("/api/chat", &single);
+    assert_eq!(one["done"], true);
+    assert_eq!(one["message"]["content"].as_str().unwrap(), streamed);
+    assert_eq!(one["eval_count"], 4);
+}
+
+#[test]
+fn empty_prompt_loads_and_keep_alive_zero_unloads() {
+    let d = tiny_daemon();
+    let ps = |d: &Daemon| d.get("/api/ps").json::<Value>().unwrap()["models"].clone();
+    assert_eq!(ps(&d).as_array().unwrap().len(), 0);
+
+    let r = d.post_ok("/api/generate", &json!({"model": "tiny", "prompt": ""}));
+    assert_eq!(r["done"], true);
+    assert_eq!(r["done_reason"], "load");
+    let loaded = ps(&d);
+    assert_eq!(loaded.as_array().unwrap().len(), 1, "{loaded}");
+    assert_eq!(loaded[0]["name"], "tiny:latest");
+    nonzero(&loaded[0], "size");
+    assert!(loaded[0]["expires_at"].as_str().unwrap().contains('T'));
+
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "tiny", "messages": [], "keep_alive": 0}),
+    );
+    assert_eq!(r["done_reason"], "unload");
+    assert_eq!(r["message"]["role"], "assistant");
+    // The unload happens as the answer is sent; give it a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ps(&d).as_array().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "still loaded: {}", ps(&d));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn embed_and_legacy_embeddings() {
+    let d = tiny_daemon();
+    let r = d.post_ok(
+        "/api/embed",
+        &json!({"model": "tiny", "input": ["hello world", "goodbye"]}),
+    );
+    let embs = r["embeddings"].as_array().unwrap();
+    assert_eq!(embs.len(), 2, "{r}");
+    for e in embs {
+        let v: Vec<f64> = serde_json::from_value(e.clone()).unwrap();
+        assert_eq!(v.len(), 64);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "not normalized: {norm}");
+    }
+    assert_ne!(embs[0], embs[1]);
+    assert!(r["prompt_eval_count"].as_u64().unwrap() >= 4, "{r}");
+
+    let one = d.post_ok("/api/embed", &json!({"model": "tiny", "input": "hello world"}));
+    assert_eq!(one["embeddings"][0], embs[0]);
+
+    let legacy = d.post_ok(
+        "/api/embeddings",
+        &json!({"model": "tiny", "prompt": "hello world"}),
+    );
+    let v: Vec<f64> = serde_json::from_value(legacy["embedding"].clone()).unwrap();
+    assert_eq!(v.len(), 64);
+}
+
+#[test]
+fn model_management_tags_show_copy_delete() {
+    let d = tiny_daemon();
+    let tags = d.get("/api/tags").json::<Value>().unwrap();
+    let m = &tags["models"][0];
+    assert_eq!(m["name"], "tiny:latest");
+    assert_eq!(m["model"], "tiny:latest");
+    assert!(m["digest"].as_str().unwrap().len() == 64, "{m}");
+    assert_eq!(m["details"]["format"], "gguf");
+    assert_eq!(m["details"]["family"], "llama");
+    nonzero(m, "size");
+
+    let show = d.post_ok("/api/show", &json!({"model": "tiny"}));
+    assert_eq!(show["model_info"]["general.architecture"], "llama", "{show}");
+    assert_eq!(show["model_info"]["llama.embedding_length"], 64);
+    assert!(show["capabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("completion")));
+    assert_eq!(show["details"]["quantization_level"], "Q8_0");
+
+    let r = d.post("/api/copy", &json!({"source": "tiny", "destination": "tiny2:v1"}));
+    assert_eq!(r.status(), 200);
+    let names: Vec<String> = d.get("/api/tags").json::<Value>().unwrap()["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"tiny2:v1".to_string()), "{names:?}");
+
+    let r = d
+        .client()
+        .delete(d.url("/api/delete"))
+        .json(&json!({"model": "tiny2:v1"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = d.post("/api/show", &json!({"model": "tiny2:v1"}));
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("not found"));
+    let r = d
+        .client()
+        .delete(d.url("/api/delete"))
+        .json(&json!({"model": "tiny2:v1"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // The original is still there and answers.
+    d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "x", "stream": false, "options": {"num_predict": 1}}),
+    );
+}
+
+#[test]
+fn blobs_check_digests() {
+    let d = Daemon::start();
+    let zeros = format!("sha256:{}", "0".repeat(64));
+    let r = d
+        .client()
+        .head(d.url(&format!("/api/blobs/{zeros}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // Bytes that do not hash to the digest in the path are refused and not stored.
+    let r = d
+        .client()
+        .post(d.url(&format!("/api/blobs/{zeros}")))
+        .body("not the right bytes")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let err = r.json::<Value>().unwrap();
+    assert!(
+        err["error"].as_str().unwrap().contains("digest mismatch"),
+        "{err}"
+    );
+    let r = d
+        .client()
+        .head(d.url(&format!("/api/blobs/{zeros}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // A malformed digest is a 400, never a path.
+    let r = d
+        .client()
+        .head(d.url("/api/blobs/sha256:..%2F..%2Fetc%2Fpasswd"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // The right bytes are stored: 201, then HEAD finds them.
+    let file = d.temp_dir().join("blob.bin");
+    std::fs::write(&file, b"some bytes").unwrap();
+    let digest = d.upload_blob(&file);
+    let r = d
+        .client()
+        .head(d.url(&format!("/api/blobs/{digest}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[test]
+fn errors_have_ollama_shapes_and_status_codes() {
+    let d = tiny_daemon();
+    let r = d.post("/api/generate", &json!({"model": "nope", "prompt": "hi"}));
+    assert_eq!(r.status(), 404);
+    let e = r.json::<Value>().unwrap();
+    assert!(e["error"].as_str().unwrap().contains("not found"), "{e}");
+
+    let r = d
+        .client()
+        .post(d.url("/api/chat"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.json::<Value>().unwrap()["error"].is_string());
+
+    let r = d.post("/api/generate", &json!({"prompt": "hi"}));
+    assert_eq!(r.status(), 400);
+
+    let r = d.post(
+        "/api/chat",
+        &json!({"model": "tiny", "messages": [{"role": "user", "content": "what is this?", "images": ["aGVsbG8="]}]}),
+    );
+    assert_eq!(r.status(), 400);
+    let e = r.json::<Value>().unwrap();
+    assert!(e["error"].as_str().unwrap().contains("images"), "{e}");
+
+    let r = d.get("/api/nothing-here");
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn prompt_longer_than_num_ctx_is_reported_or_refused() {
+    let d = tiny_daemon();
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
+    let r = d.post(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": long, "raw": true, "stream": false,
+                "options": {"num_ctx": 64, "num_predict": 2}}),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ollamars-truncated"], "true");
+    let original: u64 = r.headers()["x-ollamars-prompt-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let v = r.json::<Value>().unwrap();
+    assert_eq!(v["truncated"], true, "{v}");
+    assert_eq!(v["prompt_tokens_original"], original);
+    assert!(original > 64);
+    assert!(
+        v["prompt_tokens_dropped"].as_u64().unwrap() >= original - 64,
+        "{v}"
+    );
+
+    let r = d.post(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": long, "raw": true, "truncate": false,
+                "options": {"num_ctx": 64, "num_predict": 2}}),
+    );
+    assert_eq!(r.status(), 400);
+    let e = r.json::<Value>().unwrap();
+    assert!(e["error"].as_str().unwrap().contains("num_ctx"), "{e}");
+}
+
+#[test]
+fn openai_endpoints_and_sse() {
+    let d = tiny_daemon();
+    let chat = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                      "max_tokens": 3, "seed": 1});
+    let one = d.post_ok("/v1/chat/completions", &chat);
+    assert_eq!(one["object"], "chat.completion");
+    assert_eq!(one["model"], "tiny");
+    assert_eq!(one["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(one["choices"][0]["finish_reason"], "length");
+    assert_eq!(one["usage"]["completion_tokens"], 3);
+    let p = one["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(one["usage"]["total_tokens"].as_u64().unwrap(), p + 3);
+
+    let mut stream = chat.clone();
+    stream["stream"] = json!(true);
+    stream["stream_options"] = json!({"include_usage": true});
+    let r = d.post("/v1/chat/completions", &stream);
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let data = sse_data(r);
+    assert_eq!(data.last().unwrap(), "[DONE]", "{data:?}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect();
+    let mut text = String::new();
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk", "{c}");
+        if let Some(t) = c["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+    }
+    assert_eq!(text, one["choices"][0]["message"]["content"].as_str().unwrap());
+    // include_usage: a last chunk with usage and no choices.
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0, "{usage}");
+    assert_eq!(usage["usage"]["completion_tokens"], 3);
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "length"));
+
+    let comp = d.post_ok(
+        "/v1/completions",
+        &json!({"model": "tiny", "prompt": "once upon", "max_tokens": 2}),
+    );
+    assert_eq!(comp["object"], "text_completion");
+    assert!(comp["choices"][0]["text"].is_string());
+    assert_eq!(comp["usage"]["completion_tokens"], 2);
+
+    let emb = d.post_ok("/v1/embeddings", &json!({"model": "tiny", "input": ["a", "b"]}));
+    assert_eq!(emb["object"], "list");
+    assert_eq!(emb["data"].as_array().unwrap().len(), 2);
+    assert_eq!(emb["data"][1]["index"], 1);
+    assert_eq!(emb["data"][0]["embedding"].as_array().unwrap().len(), 64);
+
+    let models = d.get("/v1/models").json::<Value>().unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "tiny:latest", "{models}");
+    let m = d.get("/v1/models/tiny:latest").json::<Value>().unwrap();
+    assert_eq!(m["id"], "tiny:latest");
+    assert_eq!(m["object"], "model");
+
+    // OpenAI's error shape.
+    let r = d.get("/v1/models/missing");
+    assert_eq!(r.status(), 404);
+    let e = r.json::<Value>().unwrap();
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("not found"),
+        "{e}"
+    );
+    assert!(e["error"]["type"].is_string());
+    let r = d.post(
+        "/v1/chat/completions",
+        &json!({"model": "missing", "messages": [{"role": "user", "content": "x"}]}),
+    );
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().unwrap()["error"]["message"].is_string());
+}
