@@ -129,3 +129,46 @@ fn generate_reports_a_missing_model() {
     assert!(!ok);
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+#[test]
+fn bench_json_reports_both_tests() {
+    let (ok, out, err) = ollamars(&[
+        "bench",
+        "-m",
+        &tiny_model(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let obj = v.as_object().unwrap();
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["pp_std", "pp_tps", "tg_std", "tg_tps"]);
+    for k in ["pp_tps", "tg_tps"] {
+        let x = obj[k].as_f64().unwrap();
+        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
+    }
+    for k in ["pp_std", "tg_std"] {
+        let x = obj[k].as_f64().unwrap();
+        assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
+    }
+}
+
+#[test]
+fn bench_text_and_skipped_tests() {
+    let (ok, out, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "3", "-r", "1"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("first token after"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("tg3 ")), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("pp")), "{out}");
+    let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "0"]);
+    assert!(!ok && err.contains("nothing to measure"), "{err}");
+}

@@ -2,6 +2,7 @@
 
 use clap::Subcommand;
 
+mod bench;
 mod generate;
 mod inspect;
 mod perplexity;
@@ -11,6 +12,8 @@ mod tokenize;
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Prompt-processing and generation speed of a model (llama-bench's method)
+    Bench(bench::BenchArgs),
     /// Run a model on a prompt directly (no daemon), streaming the text; greedy by default
     Generate(generate::GenerateArgs),
     /// Show what a GGUF file holds: version, metadata, tensors, file type
@@ -27,6 +30,7 @@ pub enum Command {
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Bench(args) => bench::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Quantize(args) => quantize::run(args),

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# ollamars against llama.cpp on the same GGUF files, same machine, same thread count, one run.
+#
+#   bench/compare.sh [FILE.gguf ...]
+#
+# Without arguments it measures the two small real models (fetched by scripts/fetch-model.sh)
+# and a TinyLlama-1.1B-shaped random-weight llama model in Q4_0, Q4_K_M, Q6_K and Q8_0, written by
+# our GGUF writer (engine example bench_model) and quantizer (ollamars quantize).
+#
+# llama.cpp comes from llama-cpp-python, installed from PyPI into a throwaway virtualenv (it builds
+# llama.cpp from source with this CPU's features: 10+ minutes on 2 cores). Set LLAMA_VENV to an
+# existing virtualenv that has it to skip that. Other settings (environment):
+#   THREADS=2 PP=512 TG=128 REPS=5   llama-bench's parameters (pp: one batch of PP tokens;
+#                                     tg: TG tokens one at a time; REPS timed runs after a warm-up)
+#   BENCH_DIR=target/bench            where the generated model files go (about 5 GB)
+#   SKIP_1B=1                         only the two real models
+# Output: one table row per file with tokens/s of both, the ratios, and tg as a share of the
+# machine's streaming read bandwidth (bytes of weights read per token x tokens/s / bandwidth).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+THREADS=${THREADS:-2}
+PP=${PP:-512}
+TG=${TG:-128}
+REPS=${REPS:-5}
+BENCH_DIR=${BENCH_DIR:-$root/target/bench}
+mkdir -p "$BENCH_DIR"
+
+echo "== building (release)" >&2
+cargo build --release -q -p ollamars
+cargo build --release -q -p engine --example bench_model --example membw
+bin=$root/target/release/ollamars
+
+if [ -n "${LLAMA_VENV:-}" ]; then
+    py=$LLAMA_VENV/bin/python
+else
+    venv=$(mktemp -d)/llama-venv
+    trap 'rm -rf "$(dirname "$venv")"' EXIT
+    echo "== installing llama-cpp-python into $venv (builds llama.cpp; takes a while)" >&2
+    python3 -m venv "$venv"
+    CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/pip" install -q llama-cpp-python
+    py=$venv/bin/python
+fi
+"$py" -c 'import llama_cpp' || { echo "no llama_cpp in $py" >&2; exit 1; }
+
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+    files+=("$(scripts/fetch-model.sh gemma3-270m)" "$(scripts/fetch-model.sh qwen25-coder-0.5b)")
+    if [ -z "${SKIP_1B:-}" ]; then
+        f16=$BENCH_DIR/tinyllama-1.1b-random-f16.gguf
+        [ -f "$f16" ] || target/release/examples/bench_model "$f16" >/dev/null
+        for q in q4_0 q4_K_M q6_K q8_0; do
+            out=$BENCH_DIR/tinyllama-1.1b-random-$q.gguf
+            [ -f "$out" ] || "$bin" quantize "$f16" "$out" "$q" >/dev/null
+            files+=("$out")
+        done
+    fi
+fi
+
+echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(uptime | sed 's/.*load average: //')" >&2
+bw=$(target/release/examples/membw "$THREADS" 512)
+echo "== streaming read bandwidth, $THREADS threads: $bw GB/s" >&2
+
+results=$(mktemp)
+for f in "${files[@]}"; do
+    echo "== $(basename "$f")" >&2
+    ours=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json)
+    theirs=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS")
+    size=$(stat -c %s "$f")
+    echo "$(basename "$f") $size $ours $theirs" | tee -a "$results" >&2
+done
+echo "== load after: $(uptime | sed 's/.*load average: //')" >&2
+
+python3 - "$results" "$bw" "$PP" "$TG" "$THREADS" <<'PY'
+import json, sys
+path, bw, pp, tg, threads = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+dec = json.JSONDecoder()
+print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | tg ours % of {bw:.1} GB/s | tg llama.cpp % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for line in open(path):
+    name, size, rest = line.split(" ", 2)
+    ours, i = dec.raw_decode(rest.strip())
+    theirs, _ = dec.raw_decode(rest.strip()[i:].strip())
+    gb = int(size) / 1e9  # every weight is read once per token (the file is almost all weights)
+    r = lambda a, b: f"{a / b:.2f}x" if b else "-"
+    print(f"| {name} | {ours['pp_tps']:.1f} ± {ours['pp_std']:.1f} | {theirs['pp_tps']:.1f} ± {theirs['pp_std']:.1f} | "
+          f"{r(ours['pp_tps'], theirs['pp_tps'])} | {ours['tg_tps']:.2f} ± {ours['tg_std']:.2f} | "
+          f"{theirs['tg_tps']:.2f} ± {theirs['tg_std']:.2f} | {r(ours['tg_tps'], theirs['tg_tps'])} | "
+          f"{100 * ours['tg_tps'] * gb / bw:.0f}% | {100 * theirs['tg_tps'] * gb / bw:.0f}% |")
+print(f"\n{threads} threads; tokens/s, mean ± stddev.")
+PY
+rm -f "$results"
