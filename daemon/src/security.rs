@@ -233,8 +233,13 @@ pub fn reject(path: &str, status: StatusCode, message: String) -> Response {
 }
 
 /// The middleware: API keys when configured; otherwise admin endpoints for local clients only.
+/// `GET`/`HEAD /` stays open: it is the liveness probe (clients' heartbeat, health checks) and
+/// answers a constant string.
 pub async fn authorize(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
+    if path == "/" {
+        return next.run(req).await;
+    }
     let need = required_scope(&path);
     let keys = &st.config.api_keys;
     if keys.is_empty() {
@@ -750,8 +755,11 @@ pub(crate) mod tests {
         assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
         assert!(v["error"]["message"].is_string());
         // Loopback peers need a key too once keys are set.
-        let (s, _, _) = call(&app, LOCAL, Method::GET, "/", &[], "").await;
+        let (s, _, _) = call(&app, LOCAL, Method::GET, "/api/version", &[], "").await;
         assert_eq!(s, StatusCode::UNAUTHORIZED);
+        // Except for the liveness probe.
+        let (s, _, _) = call(&app, REMOTE, Method::GET, "/", &[], "").await;
+        assert_eq!(s, StatusCode::OK);
         // A wrong key, a key of another scheme, a key one byte off.
         for bad in [
             "Bearer nope",
