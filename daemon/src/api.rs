@@ -454,6 +454,9 @@ pub async fn embed_texts(
         }
         out.push(v);
     }
+    crate::metrics::METRICS
+        .embedding_tokens
+        .fetch_add(prompt_tokens as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(Embedded {
         vectors: out,
         prompt_tokens,

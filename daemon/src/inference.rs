@@ -342,6 +342,7 @@ pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) 
                     lps.extend(logprobs);
                 }
                 Event::Done(s) => {
+                    crate::metrics::METRICS.record_generation(&s, run.info.started.elapsed());
                     let body = enc.single(all, lps, &s, &run.info);
                     let mut resp = axum::Json(body).into_response();
                     truncation_headers(&mut resp, run.info.truncation.as_ref());
@@ -394,6 +395,7 @@ fn frames<E: Encoder>(enc: &mut E, ev: Event, info: &RunInfo, out: &mut Vec<Stri
             false
         }
         Event::Done(s) => {
+            crate::metrics::METRICS.record_generation(&s, info.started.elapsed());
             out.extend(enc.done(&s, info));
             true
         }

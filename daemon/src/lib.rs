@@ -5,6 +5,7 @@
 //!
 //! - `config`: settings from defaults, the YAML file and `OLLAMARS_*` variables.
 //! - `server`: routes, middleware (request ids, Host check, CORS, limits), listening, shutdown.
+//! - `metrics`: `GET /metrics` (Prometheus text) and the counters behind it.
 //! - `security`: API keys and scopes, the bind policy, admin endpoints for local clients.
 //! - `scheduler`: loaded models, keep-alive, eviction, slots and the queue.
 //! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod error;
 pub mod inference;
 pub mod keep_alive;
+pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod options;

@@ -333,6 +333,7 @@ pub async fn pull(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
             let (client, store) = (st.client.clone(), st.store.clone());
             Ok(
                 progress_response(req.stream.unwrap_or(true), move |progress| async move {
+                    let progress = crate::metrics::METRICS.counting_pull(progress);
                     client
                         .pull(&store, &name, &opts, &*progress)
                         .await

@@ -302,6 +302,9 @@ impl Scheduler {
             }
             let loaded = self.load(model, n_ctx, n_slots, est, want).await?;
             lock(&self.loaded).insert(want.path.clone(), loaded.clone());
+            crate::metrics::METRICS
+                .model_loads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(model = %want.name, n_ctx, n_slots, size = est, "model loaded");
             return Ok(self.lease(loaded, t0));
         }
@@ -456,7 +459,13 @@ impl Scheduler {
             loaded.remove(&l.path);
         }
         drop(loaded);
-        lock(&l.runner).take()
+        let runner = lock(&l.runner).take();
+        if runner.is_some() {
+            crate::metrics::METRICS
+                .model_unloads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        runner
     }
 
     /// Unloads a model and waits until its memory is free.
@@ -483,6 +492,19 @@ impl Scheduler {
                 self.unload(&l).await;
             }
         }
+    }
+
+    /// Slots serving a request now, over all loaded models.
+    pub fn busy_slots(&self) -> usize {
+        lock(&self.loaded)
+            .values()
+            .map(|l| (l.n_slots as usize).saturating_sub(l.slots.available_permits()))
+            .sum()
+    }
+
+    /// Slots of all loaded models.
+    pub fn total_slots(&self) -> usize {
+        lock(&self.loaded).values().map(|l| l.n_slots as usize).sum()
     }
 
     /// The loaded models, longest remaining time first.

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::config::{Config, Listen};
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::{api, models, openai, security};
+use crate::{api, metrics, models, openai, security};
 
 /// What every handler shares.
 pub struct AppState {
@@ -259,11 +259,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(models::openai_models))
         .route("/v1/models/{*model}", get(models::openai_model))
+        .route("/metrics", get(metrics::handler))
         .layer(DefaultBodyLimit::max(limit))
         .merge(blobs)
         .layer(middleware::from_fn_with_state(state.clone(), security::limit))
         .layer(middleware::from_fn_with_state(state.clone(), security::authorize))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(middleware::from_fn(metrics::count_requests))
         .layer(middleware::from_fn(trace))
         .with_state(state)
 }
