@@ -830,6 +830,24 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn no_debug_or_profiling_endpoints() {
+        let (app, _d) = app(&[]);
+        for p in [
+            "/debug/pprof/",
+            "/debug/pprof/profile",
+            "/debug/pprof/heap",
+            "/debug/vars",
+            "/debug",
+            "/metrics/debug",
+            "/api/debug",
+            "/_internal",
+        ] {
+            let (s, _, _) = call(&app, LOCAL, Method::GET, p, &[], "").await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{p}");
+        }
+    }
+
+    #[tokio::test]
     async fn cors_preflight_needs_no_key() {
         let (app, _d) = app(&[("OLLAMARS_API_KEYS", K1)]);
         let (s, h, _) = call(
