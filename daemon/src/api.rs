@@ -152,39 +152,51 @@ pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiRe
     Ok(Prepared::Run(Box::new(running)))
 }
 
+/// A `/api/chat` body in engine terms: what the handler runs before any model is touched.
+fn chat_call(req: ChatRequest) -> ApiResult<ChatCall> {
+    let top = check_top_logprobs(req.top_logprobs)?;
+    let model = model_name(&req.model)?.to_string();
+    let wire_msgs = req.messages.clone().unwrap_or_default();
+    let messages = wire_msgs
+        .iter()
+        .map(|m| m.to_engine())
+        .collect::<ApiResult<Vec<_>>>()?;
+    let n_images = wire_msgs
+        .iter()
+        .map(|m| m.images.as_ref().map_or(0, Vec::len))
+        .sum();
+    Ok(ChatCall {
+        model,
+        messages,
+        tools: tools(&req.tools),
+        options: req.options,
+        format: req.format,
+        keep_alive: req.keep_alive,
+        think: parse_think(req.think.as_ref())?,
+        truncate: req.truncate,
+        shift: req.shift,
+        logprobs: req.logprobs.unwrap_or(false).then_some(top),
+        debug_render_only: req.debug_render_only.unwrap_or(false),
+        n_images,
+    })
+}
+
+/// Decodes an `/api/chat` body as the handler does, without a server (fuzz/).
+#[doc(hidden)]
+pub fn decode_chat(body: &[u8]) -> ApiResult<ChatCall> {
+    chat_call(parse_body(body)?)
+}
+
 pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let started = Instant::now();
     into_response(
         async {
             let req: ChatRequest = parse_body(&body)?;
-            let top = check_top_logprobs(req.top_logprobs)?;
-            let model = model_name(&req.model)?.to_string();
-            let wire_msgs = req.messages.clone().unwrap_or_default();
-            let messages = wire_msgs
-                .iter()
-                .map(|m| m.to_engine())
-                .collect::<ApiResult<Vec<_>>>()?;
-            let n_images = wire_msgs
-                .iter()
-                .map(|m| m.images.as_ref().map_or(0, Vec::len))
-                .sum();
-            let call = ChatCall {
-                model,
-                messages,
-                tools: tools(&req.tools),
-                options: req.options,
-                format: req.format,
-                keep_alive: req.keep_alive,
-                think: parse_think(req.think.as_ref())?,
-                truncate: req.truncate,
-                shift: req.shift,
-                logprobs: req.logprobs.unwrap_or(false).then_some(top),
-                debug_render_only: req.debug_render_only.unwrap_or(false),
-                n_images,
-            };
+            let stream = req.stream;
+            let call = chat_call(req)?;
             Ok(match prepare_chat(&st, call, started).await? {
                 Prepared::Answer(r) => r,
-                Prepared::Run(run) => respond(*run, ChatNdjson::default(), req.stream.unwrap_or(true)).await,
+                Prepared::Run(run) => respond(*run, ChatNdjson::default(), stream.unwrap_or(true)).await,
             })
         }
         .await,
@@ -345,33 +357,45 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
     Ok(Prepared::Run(Box::new(running)))
 }
 
+/// A `/api/generate` body in engine terms: what the handler runs before any model is touched.
+fn generate_call(req: GenerateRequest) -> ApiResult<GenerateCall> {
+    let top = check_top_logprobs(req.top_logprobs)?;
+    Ok(GenerateCall {
+        model: model_name(&req.model)?.to_string(),
+        prompt: req.prompt.unwrap_or_default(),
+        suffix: req.suffix.unwrap_or_default(),
+        system: req.system,
+        template: req.template,
+        context: req.context,
+        raw: req.raw.unwrap_or(false),
+        format: req.format,
+        keep_alive: req.keep_alive,
+        options: req.options,
+        think: parse_think(req.think.as_ref())?,
+        truncate: req.truncate,
+        shift: req.shift,
+        logprobs: req.logprobs.unwrap_or(false).then_some(top),
+        debug_render_only: req.debug_render_only.unwrap_or(false),
+        n_images: req.images.as_ref().map_or(0, Vec::len),
+    })
+}
+
+/// Decodes an `/api/generate` body as the handler does, without a server (fuzz/).
+#[doc(hidden)]
+pub fn decode_generate(body: &[u8]) -> ApiResult<GenerateCall> {
+    generate_call(parse_body(body)?)
+}
+
 pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let started = Instant::now();
     into_response(
         async {
             let req: GenerateRequest = parse_body(&body)?;
-            let top = check_top_logprobs(req.top_logprobs)?;
-            let call = GenerateCall {
-                model: model_name(&req.model)?.to_string(),
-                prompt: req.prompt.unwrap_or_default(),
-                suffix: req.suffix.unwrap_or_default(),
-                system: req.system,
-                template: req.template,
-                context: req.context,
-                raw: req.raw.unwrap_or(false),
-                format: req.format,
-                keep_alive: req.keep_alive,
-                options: req.options,
-                think: parse_think(req.think.as_ref())?,
-                truncate: req.truncate,
-                shift: req.shift,
-                logprobs: req.logprobs.unwrap_or(false).then_some(top),
-                debug_render_only: req.debug_render_only.unwrap_or(false),
-                n_images: req.images.as_ref().map_or(0, Vec::len),
-            };
+            let stream = req.stream;
+            let call = generate_call(req)?;
             Ok(match prepare_generate(&st, call, started).await? {
                 Prepared::Answer(r) => r,
-                Prepared::Run(run) => respond(*run, GenerateNdjson, req.stream.unwrap_or(true)).await,
+                Prepared::Run(run) => respond(*run, GenerateNdjson, stream.unwrap_or(true)).await,
             })
         }
         .await,

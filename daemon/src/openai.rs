@@ -251,70 +251,82 @@ fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) -> Map<String
     o
 }
 
+/// A `/v1/chat/completions` body in engine terms: what the handler runs before any model is
+/// touched.
+fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
+    let model = req
+        .model
+        .clone()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_request("model is required"))?;
+    let oa_msgs = req.messages.clone().unwrap_or_default();
+    if oa_msgs.is_empty() {
+        return Err(ApiError::bad_request("[] is too short - 'messages'"));
+    }
+    let (msgs, n_images) = messages(&oa_msgs)?;
+    let format = match &req.response_format {
+        None => None,
+        Some(rf) => match rf.ty.as_deref().map(|t| t.trim().to_lowercase()).as_deref() {
+            Some("json_object") => Some(json!("json")),
+            Some("json_schema") => rf.json_schema.as_ref().and_then(|s| s.schema.clone()),
+            _ => None,
+        },
+    };
+    let top = match req.top_logprobs.unwrap_or(0) {
+        n @ 0..=20 => n as usize,
+        _ => return Err(ApiError::bad_request("top_logprobs must be between 0 and 20")),
+    };
+    let effort = req
+        .reasoning
+        .as_ref()
+        .and_then(|r| r.effort.clone())
+        .or(req.reasoning_effort.clone());
+    let options = sampling_options(
+        req.options.clone(),
+        Sampling {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            max_tokens: req.max_tokens.or(req.max_completion_tokens),
+            seed: req.seed,
+            stop: stops(req.stop.clone())?,
+            frequency_penalty: req.frequency_penalty,
+            presence_penalty: req.presence_penalty,
+        },
+    );
+    Ok(ChatCall {
+        model: model.clone(),
+        messages: msgs,
+        tools: req
+            .tools
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(engine::chat::Tool)
+            .collect(),
+        options: Some(options),
+        format,
+        keep_alive: req.keep_alive.clone(),
+        think: think_from_effort(effort.as_deref())?,
+        truncate: None,
+        shift: None,
+        logprobs: req.logprobs.unwrap_or(false).then_some(top),
+        debug_render_only: false,
+        n_images,
+    })
+}
+
+/// Decodes a `/v1/chat/completions` body as the handler does, without a server (fuzz/).
+#[doc(hidden)]
+pub fn decode_chat_completion(body: &[u8]) -> ApiResult<ChatCall> {
+    chat_call(&parse_body(body)?)
+}
+
 pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let started = Instant::now();
     answer(
         async {
             let req: ChatCompletionRequest = parse_body(&body)?;
-            let model = req
-                .model
-                .clone()
-                .filter(|m| !m.is_empty())
-                .ok_or_else(|| ApiError::bad_request("model is required"))?;
-            let oa_msgs = req.messages.clone().unwrap_or_default();
-            if oa_msgs.is_empty() {
-                return Err(ApiError::bad_request("[] is too short - 'messages'"));
-            }
-            let (msgs, n_images) = messages(&oa_msgs)?;
-            let format = match &req.response_format {
-                None => None,
-                Some(rf) => match rf.ty.as_deref().map(|t| t.trim().to_lowercase()).as_deref() {
-                    Some("json_object") => Some(json!("json")),
-                    Some("json_schema") => rf.json_schema.as_ref().and_then(|s| s.schema.clone()),
-                    _ => None,
-                },
-            };
-            let top = match req.top_logprobs.unwrap_or(0) {
-                n @ 0..=20 => n as usize,
-                _ => return Err(ApiError::bad_request("top_logprobs must be between 0 and 20")),
-            };
-            let effort = req
-                .reasoning
-                .as_ref()
-                .and_then(|r| r.effort.clone())
-                .or(req.reasoning_effort.clone());
-            let options = sampling_options(
-                req.options.clone(),
-                Sampling {
-                    temperature: req.temperature,
-                    top_p: req.top_p,
-                    max_tokens: req.max_tokens.or(req.max_completion_tokens),
-                    seed: req.seed,
-                    stop: stops(req.stop.clone())?,
-                    frequency_penalty: req.frequency_penalty,
-                    presence_penalty: req.presence_penalty,
-                },
-            );
-            let call = ChatCall {
-                model: model.clone(),
-                messages: msgs,
-                tools: req
-                    .tools
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(engine::chat::Tool)
-                    .collect(),
-                options: Some(options),
-                format,
-                keep_alive: req.keep_alive.clone(),
-                think: think_from_effort(effort.as_deref())?,
-                truncate: None,
-                shift: None,
-                logprobs: req.logprobs.unwrap_or(false).then_some(top),
-                debug_render_only: false,
-                n_images,
-            };
+            let call = chat_call(&req)?;
             let streaming = req.stream.unwrap_or(false);
             let enc = ChatSse {
                 id: format!("chatcmpl-{}", random_u64() % 999),
@@ -493,59 +505,70 @@ struct CompletionRequest {
     keep_alive: Option<Value>,
 }
 
+/// A `/v1/completions` body in engine terms: what the handler runs before any model is touched.
+fn generate_call(req: &CompletionRequest) -> ApiResult<GenerateCall> {
+    let model = req
+        .model
+        .clone()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_request("model is required"))?;
+    let prompt = match &req.prompt {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            a[0].as_str().unwrap_or_default().to_string()
+        }
+        Some(_) => return Err(ApiError::bad_request("prompt must be a string")),
+    };
+    let top = match req.logprobs {
+        Some(n @ 1..=20) => Some(n as usize),
+        Some(n) if n > 20 => return Err(ApiError::bad_request("logprobs must be between 0 and 20")),
+        _ => None,
+    };
+    let options = sampling_options(
+        req.options.clone(),
+        Sampling {
+            temperature: req.temperature,
+            top_p: req.top_p.filter(|&p| p != 0.0),
+            max_tokens: req.max_tokens,
+            seed: req.seed,
+            stop: stops(req.stop.clone())?,
+            frequency_penalty: req.frequency_penalty,
+            presence_penalty: req.presence_penalty,
+        },
+    );
+    Ok(GenerateCall {
+        model: model.clone(),
+        prompt,
+        suffix: req.suffix.clone().unwrap_or_default(),
+        system: None,
+        template: None,
+        context: None,
+        raw: false,
+        format: None,
+        keep_alive: req.keep_alive.clone(),
+        options: Some(options),
+        think: None,
+        truncate: None,
+        shift: None,
+        logprobs: top,
+        debug_render_only: false,
+        n_images: 0,
+    })
+}
+
+/// Decodes a `/v1/completions` body as the handler does, without a server (fuzz/).
+#[doc(hidden)]
+pub fn decode_completion(body: &[u8]) -> ApiResult<GenerateCall> {
+    generate_call(&parse_body(body)?)
+}
+
 pub async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let started = Instant::now();
     answer(
         async {
             let req: CompletionRequest = parse_body(&body)?;
-            let model = req
-                .model
-                .clone()
-                .filter(|m| !m.is_empty())
-                .ok_or_else(|| ApiError::bad_request("model is required"))?;
-            let prompt = match &req.prompt {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-                    a[0].as_str().unwrap_or_default().to_string()
-                }
-                Some(_) => return Err(ApiError::bad_request("prompt must be a string")),
-            };
-            let top = match req.logprobs {
-                Some(n @ 1..=20) => Some(n as usize),
-                Some(n) if n > 20 => return Err(ApiError::bad_request("logprobs must be between 0 and 20")),
-                _ => None,
-            };
-            let options = sampling_options(
-                req.options.clone(),
-                Sampling {
-                    temperature: req.temperature,
-                    top_p: req.top_p.filter(|&p| p != 0.0),
-                    max_tokens: req.max_tokens,
-                    seed: req.seed,
-                    stop: stops(req.stop.clone())?,
-                    frequency_penalty: req.frequency_penalty,
-                    presence_penalty: req.presence_penalty,
-                },
-            );
-            let call = GenerateCall {
-                model: model.clone(),
-                prompt,
-                suffix: req.suffix.clone().unwrap_or_default(),
-                system: None,
-                template: None,
-                context: None,
-                raw: false,
-                format: None,
-                keep_alive: req.keep_alive.clone(),
-                options: Some(options),
-                think: None,
-                truncate: None,
-                shift: None,
-                logprobs: top,
-                debug_render_only: false,
-                n_images: 0,
-            };
+            let call = generate_call(&req)?;
             let enc = CompletionSse {
                 id: format!("cmpl-{}", random_u64() % 999),
                 created: unix_seconds(SystemTime::now()),
