@@ -300,6 +300,18 @@ fn masks_along_a_document(vocab: &Vocab, gvocab: &Arc<TokenVocab>, g: &Grammar) 
         allowed.iter().max().unwrap()
     );
     println!("  full mask:                     {}", stats(&full));
+    if std::env::var_os("STEPS").is_some() {
+        for (i, &tok) in tokens.iter().enumerate() {
+            println!(
+                "    {:>3} {:>8} allowed {:>7.3} ms full, {:>7.3} ms sample  next {:?}",
+                i,
+                allowed[i],
+                full[i],
+                lazy[i],
+                String::from_utf8_lossy(vocab.token_bytes(tok))
+            );
+        }
+    }
     println!("  constrained sample, defaults:  {}", stats(&lazy));
     println!("  constrained sample, greedy:    {}", stats(&lazy_greedy));
 }

@@ -72,7 +72,12 @@ pub struct Matcher {
     finished: bool,
     /// Scratch for the trie walk: (subtree end, state) per depth.
     walk: Vec<(u32, u32)>,
+    /// The last few masks computed, by automaton state: inside a JSON string the state is the
+    /// same for token after token, and its mask (nearly the whole vocabulary) is the dearest.
+    mask_cache: Vec<(u32, TokenMask)>,
 }
+
+const MASK_CACHE: usize = 4;
 
 impl Matcher {
     /// Starts matching `grammar` over `vocab`. Fails if the grammar names tokens the vocabulary
@@ -87,6 +92,7 @@ impl Matcher {
             state,
             finished: false,
             walk: Vec::new(),
+            mask_cache: Vec::new(),
         })
     }
 
@@ -202,6 +208,7 @@ impl Matcher {
         let g = self.auto.g.clone();
         self.auto = Automaton::new(g);
         self.state = self.auto.import(&stacks, partial);
+        self.mask_cache.clear(); // keyed by the old state numbers
     }
 
     /// Fills `mask` with every token allowed next.
@@ -214,6 +221,21 @@ impl Matcher {
         if self.finished {
             return;
         }
+        if let Some(i) = self.mask_cache.iter().position(|(s, _)| *s == self.state) {
+            let entry = self.mask_cache.remove(i);
+            mask.clone_from(&entry.1);
+            self.mask_cache.push(entry);
+            return;
+        }
+        self.compute_mask(mask);
+        if self.mask_cache.len() == MASK_CACHE {
+            self.mask_cache.remove(0);
+        }
+        self.mask_cache.push((self.state, mask.clone()));
+        self.maybe_compact();
+    }
+
+    fn compute_mask(&mut self, mask: &mut TokenMask) {
         let vocab = Arc::clone(&self.vocab);
         if self.auto.can_end(self.state) {
             for &t in vocab.eog_tokens() {
@@ -254,7 +276,6 @@ impl Matcher {
             walk.push((end, s));
             i += 1;
         }
-        self.maybe_compact();
     }
 
     fn add_token_elements(&self, mask: &mut TokenMask) {

@@ -574,3 +574,33 @@ fn long_generations_stay_bounded() {
     m.fill_mask(&mut mask);
     assert_eq!(mask.iter().collect::<Vec<_>>(), vec![b'!' as TokenId]);
 }
+
+#[test]
+fn cached_masks_equal_fresh_ones() {
+    // A string's body returns to the same state after every letter, so its mask is served from
+    // the cache; alternating between states (body, after an escape, after the key) must never
+    // hand out another state's mask.
+    let g = Grammar::parse(r#"root ::= "{" "\"" ( [a-z] | "\\" ["n] )* "\"" ":" [0-9]+ "}""#).unwrap();
+    let vocab = byte_vocab();
+    let mut cached = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+    let mut mask = TokenMask::new(vocab.n_tokens());
+    let mut fresh_mask = TokenMask::new(vocab.n_tokens());
+    let text = br#"{"ab\ncd\"e\nf":12}"#;
+    for i in 0..=text.len() {
+        cached.fill_mask(&mut mask);
+        cached.fill_mask(&mut mask); // twice in the same state: the second from the cache
+        let mut fresh = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+        fresh.accept_bytes(&text[..i]).unwrap();
+        fresh.fill_mask(&mut fresh_mask);
+        assert_eq!(
+            mask.iter().collect::<Vec<_>>(),
+            fresh_mask.iter().collect::<Vec<_>>(),
+            "after {:?}",
+            String::from_utf8_lossy(&text[..i])
+        );
+        if i < text.len() {
+            cached.accept(text[i] as TokenId).unwrap();
+        }
+    }
+    assert!(mask.contains(256), "the end token after the closing brace");
+}

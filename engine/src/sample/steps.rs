@@ -199,25 +199,7 @@ pub fn top_p(c: &mut Candidates, p: f32, min_keep: usize) {
     }
     softmax(c, false);
     if !c.sorted {
-        // Usually a few hundred candidates cover `p`: sort only as many of the best as it takes,
-        // growing the head eightfold until it reaches `p` (llama.cpp does the same from 256).
-        let mut head_len = 256;
-        let mut head = Vec::new();
-        loop {
-            if head_len >= c.data.len() {
-                c.data.sort_unstable_by(by_logit_desc);
-                break;
-            }
-            head.clear();
-            head.extend_from_slice(&c.data);
-            keep_top_sorted(&mut head, head_len);
-            if reaches(&head, p, min_keep) {
-                c.data = head;
-                break;
-            }
-            head_len *= 8;
-        }
-        c.sorted = true;
+        nucleus_sort(c, p, min_keep);
     }
     let mut cum = 0.0f32;
     let mut last = c.data.len();
@@ -229,6 +211,60 @@ pub fn top_p(c: &mut Candidates, p: f32, min_keep: usize) {
         }
     }
     c.data.truncate(last);
+}
+
+/// Puts the candidates top-p needs first and in order, without sorting the whole list: a
+/// histogram of the probability mass over logit buckets finds the bucket where the cumulative
+/// mass crosses `p`; only the candidates in that bucket and above (plus one bucket of margin for
+/// rounding) are sorted. Falls back to a full sort if that was not enough. The result equals a
+/// full sort's prefix, so top-p keeps exactly what llama.cpp keeps.
+fn nucleus_sort(c: &mut Candidates, p: f32, min_keep: usize) {
+    const BUCKETS: usize = 1024;
+    const RANGE: f32 = 32.0; // logits further below the best hold < e^-32 of its mass each
+    let max_l = c.data.iter().fold(f32::NEG_INFINITY, |m, x| m.max(x.logit));
+    let scale = BUCKETS as f32 / RANGE;
+    let bucket = |l: f32| -> usize {
+        let b = (max_l - l) * scale;
+        if b.is_nan() || b >= (BUCKETS - 1) as f32 {
+            BUCKETS - 1
+        } else {
+            b.max(0.0) as usize
+        }
+    };
+    let mut mass = vec![0f64; BUCKETS];
+    let mut count = vec![0usize; BUCKETS];
+    for x in &c.data {
+        let b = bucket(x.logit);
+        mass[b] += x.p as f64;
+        count[b] += 1;
+    }
+    let mut cum = 0.0f64;
+    let mut kept = 0usize;
+    let mut last_bucket = BUCKETS - 1;
+    for b in 0..BUCKETS {
+        cum += mass[b];
+        kept += count[b];
+        if cum >= p as f64 && kept >= min_keep {
+            last_bucket = (b + 1).min(BUCKETS - 1);
+            break;
+        }
+    }
+    if last_bucket < BUCKETS - 1 {
+        let mut head: Vec<Candidate> = c
+            .data
+            .iter()
+            .copied()
+            .filter(|x| bucket(x.logit) <= last_bucket)
+            .collect();
+        head.sort_unstable_by(by_logit_desc);
+        if reaches(&head, p, min_keep) {
+            c.data = head;
+            c.sorted = true;
+            return;
+        }
+    }
+    c.data.sort_unstable_by(by_logit_desc);
+    c.sorted = true;
 }
 
 fn reaches(sorted: &[Candidate], p: f32, min_keep: usize) -> bool {
