@@ -161,9 +161,13 @@ fn enums_consts_and_type_lists() {
                 "mixed": {"enum": [1, "two", null, true, 2.5, {"k": [1]}]},
                 "version": {"const": "v1"},
                 "maybe": {"type": ["string", "null"]},
-                "level": {"type": "string", "enum": ["low", "high"]}
+                "level": {"type": "string", "enum": ["low", "high"]},
+                // Keywords of one type in a type list bind only that type.
+                "short": {"type": ["string", "null"], "maxLength": 3},
+                "either": {"type": ["integer", "string", "array"], "minimum": 0, "maximum": 5,
+                           "maxLength": 2, "maxItems": 1, "items": {"type": "boolean"}}
             },
-            "required": ["color", "mixed", "version", "maybe", "level"]
+            "required": ["color", "mixed", "version", "maybe", "level", "short", "either"]
         }),
         60,
         2,

@@ -206,7 +206,7 @@ fn err<T>(msg: impl Into<String>) -> Result<T, GrammarError> {
 }
 
 /// A GBNF string literal for `s`.
-fn format_literal(s: &str) -> String {
+pub(crate) fn format_literal(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for ch in s.chars() {
@@ -285,6 +285,28 @@ fn check_keywords(schema: &Map<String, Value>, allowed: &[&str], what: &str) -> 
         }
     }
     Ok(())
+}
+
+/// The type a keyword constrains, for keywords that only apply to values of one type.
+fn keyword_type(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "maxLength" | "minLength" | "pattern" | "format" => "string",
+        "multipleOf" | "maximum" | "exclusiveMaximum" | "minimum" | "exclusiveMinimum" => "number",
+        "items" | "prefixItems" | "additionalItems" | "maxItems" | "minItems" | "uniqueItems"
+        | "contains" | "maxContains" | "minContains" | "unevaluatedItems" => "array",
+        "properties"
+        | "additionalProperties"
+        | "patternProperties"
+        | "required"
+        | "maxProperties"
+        | "minProperties"
+        | "dependentRequired"
+        | "dependentSchemas"
+        | "dependencies"
+        | "propertyNames"
+        | "unevaluatedProperties" => "object",
+        _ => return None,
+    })
 }
 
 fn as_count(v: &Value, key: &str) -> Result<u64, GrammarError> {
@@ -471,10 +493,16 @@ impl Converter {
             if types.is_empty() {
                 return err("'type' must not be an empty array");
             }
+            // Each alternative keeps the keywords that apply to its type: in JSON Schema a
+            // keyword of another type (`maxLength` next to `"null"`) says nothing about it.
             let alts: Vec<Value> = types
                 .iter()
                 .map(|t| {
                     let mut copy = s.clone();
+                    let own = t.as_str().unwrap_or("");
+                    copy.retain(|k, _| {
+                        keyword_type(k).is_none_or(|kt| kt == own || (kt == "number" && own == "integer"))
+                    });
                     copy.insert("type".into(), t.clone());
                     Value::Object(copy)
                 })

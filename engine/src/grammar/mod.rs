@@ -2,7 +2,8 @@
 //! them, and a matcher that says which tokens may come next.
 //!
 //! - [`Grammar`]: a parsed, checked grammar (`parse`), or one made from a JSON schema
-//!   (`json_schema`) or Ollama's `format: "json"` ([`Grammar::json`]).
+//!   (`json_schema`) or Ollama's `format: "json"` ([`Grammar::json`]), or the tool calls a reply
+//!   must consist of ([`tool_call_grammar`]).
 //! - [`TokenVocab`]: the vocabulary as the grammar sees it (each token's bytes, which tokens end a
 //!   generation), with a prefix trie of the token bytes built once per model.
 //! - [`Matcher`]: one generation's position in the grammar. It advances on accepted tokens and
@@ -19,12 +20,14 @@ mod automaton;
 pub mod json_schema;
 mod matcher;
 mod parse;
+mod tool_calls;
 mod vocab;
 
 #[cfg(test)]
 mod tests;
 
 pub use matcher::{Matcher, TokenMask};
+pub use tool_calls::tool_call_grammar;
 pub use vocab::{TokenKind, TokenVocab};
 
 /// What can go wrong with a grammar or a schema.
