@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a fuzz target for a bounded time at low priority, seeding its corpus first if needed.
 # Crashing inputs land in fuzz/artifacts/TARGET/; keep each as a regression test (its bytes in a
-# test of engine/tests/gguf_hostile.rs) before fixing it.
+# test of the owning crate, e.g. engine/tests/gguf_hostile.rs) before fixing it.
+# fuzz/run-all.sh runs every target in turn and prints executions and crashes per target.
 #
 # Usage: fuzz/run.sh TARGET SECONDS [extra libFuzzer flags]
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).

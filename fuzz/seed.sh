@@ -61,6 +61,12 @@ for name, b in files.items():
 PY
 echo "$corpus: $((n + 4)) seeds" >&2
 ;;
+modelfile|model_name|registry_manifest)
+  exec ./seed-registry.sh "$target"
+;;
+jinja_template|go_template|grammar|json_schema|tokenizer|http_request)
+  exec ./seed-text.sh "$target"
+;;
 *)
   echo "$corpus: no seed recipe for $target, starting empty" >&2
 ;;
