@@ -1,0 +1,237 @@
+//! The scheduler through a live daemon: keep-alive, unload, eviction, context reloads, the
+//! queue bound, parallel slots and cancellation on disconnect.
+
+use std::io::{BufRead, BufReader};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ollamars_tests::daemon::ndjson;
+use ollamars_tests::{models, Daemon};
+use serde_json::{json, Value};
+
+fn ps(d: &Daemon) -> Vec<Value> {
+    d.get("/api/ps").json::<Value>().unwrap()["models"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn ps_names(d: &Daemon) -> Vec<String> {
+    ps(d)
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Waits until `cond` holds, for at most `secs` seconds.
+fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn generate(d: &Daemon, model: &str, extra: Value) -> Value {
+    let mut body = json!({"model": model, "prompt": "hi", "stream": false,
+                          "options": {"num_predict": 1}});
+    if let (Some(o), Value::Object(more)) = (body.as_object_mut(), extra) {
+        o.extend(more);
+    }
+    d.post_ok("/api/generate", &body)
+}
+
+#[test]
+fn keep_alive_from_the_request_and_the_default_expire() {
+    let d = Daemon::builder().env("OLLAMARS_KEEP_ALIVE", "2s").start();
+    d.create_model("a", &models::tiny_llama());
+    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
+    // The default keep-alive (2s) applies to `a`; `b` asks for forever.
+    generate(&d, "a", json!({}));
+    generate(&d, "b", json!({"keep_alive": -1}));
+    assert_eq!(ps(&d).len(), 2);
+    wait_for(20, "a to expire", || ps_names(&d) == ["b:latest"]);
+    // A duration string in the request; `b` is still there well after 2s.
+    generate(&d, "a", json!({"keep_alive": "1s"}));
+    wait_for(20, "a to expire again", || ps_names(&d) == ["b:latest"]);
+    // A number is seconds.
+    generate(&d, "a", json!({"keep_alive": 600}));
+    let a = ps(&d).into_iter().find(|m| m["name"] == "a:latest").unwrap();
+    assert!(a["expires_at"].as_str().unwrap().contains('T'), "{a}");
+    // keep_alive 0 on a generation unloads right after it.
+    generate(&d, "a", json!({"keep_alive": 0}));
+    wait_for(20, "a to unload", || ps_names(&d) == ["b:latest"]);
+}
+
+#[test]
+fn one_loaded_model_at_a_time_evicts_the_idle_one() {
+    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
+    d.create_model("a", &models::tiny_llama());
+    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
+    generate(&d, "a", json!({}));
+    assert_eq!(ps_names(&d), ["a:latest"]);
+    generate(&d, "b", json!({}));
+    assert_eq!(ps_names(&d), ["b:latest"]);
+    generate(&d, "a", json!({}));
+    assert_eq!(ps_names(&d), ["a:latest"]);
+    assert!(d.log().contains("unloading to make room"), "{}", d.log());
+}
+
+#[test]
+fn a_larger_context_reloads_a_smaller_one_does_not() {
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    let ctx = |d: &Daemon| ps(d)[0]["context_length"].as_u64().unwrap();
+    let load = |d: &Daemon, n: u32| generate(d, "tiny", json!({"options": {"num_ctx": n, "num_predict": 1}}));
+    load(&d, 256);
+    assert_eq!(ctx(&d), 256);
+    load(&d, 128);
+    assert_eq!(ctx(&d), 256, "a smaller num_ctx reloaded the model");
+    load(&d, 512);
+    assert_eq!(ctx(&d), 512, "a larger num_ctx did not reload the model");
+    assert_eq!(ps(&d).len(), 1);
+}
+
+/// A streaming generation that runs until its client goes away (tiny model, huge num_predict).
+fn endless(d: &Daemon, model: &str) -> BufReader<reqwest::blocking::Response> {
+    let r = d.post(
+        "/api/generate",
+        &json!({"model": model, "prompt": "count", "options": {"num_predict": 10_000_000}}),
+    );
+    assert_eq!(r.status(), 200);
+    let mut reader = BufReader::new(r);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains("\"done\":false"), "{line}");
+    reader
+}
+
+#[test]
+fn a_full_queue_answers_503_and_a_disconnect_frees_the_slot() {
+    let d = Daemon::builder()
+        .env("OLLAMARS_NUM_PARALLEL", "1")
+        .env("OLLAMARS_MAX_QUEUE", "1")
+        .start();
+    d.create_model("tiny", &models::tiny_llama());
+    let running = endless(&d, "tiny");
+    // The second request waits for the only slot; it is the whole queue.
+    let (url, client) = (d.url("/api/generate"), d.client().clone());
+    let waiting = thread::spawn(move || {
+        let t0 = Instant::now();
+        let r = client
+            .post(url)
+            .json(&json!({"model": "tiny", "prompt": "hi", "stream": false,
+                          "options": {"num_predict": 2}}))
+            .send()
+            .unwrap();
+        (r.status(), r.json::<Value>().unwrap(), t0.elapsed())
+    });
+    thread::sleep(Duration::from_millis(500));
+    let r = d.post("/api/generate", &json!({"model": "tiny", "prompt": "hi"}));
+    assert_eq!(r.status(), 503);
+    let e = r.json::<Value>().unwrap();
+    assert!(e["error"].as_str().unwrap().contains("busy"), "{e}");
+    assert!(!waiting.is_finished(), "the queued request did not wait");
+    // The client of the endless generation goes away: its slot goes to the waiting request.
+    drop(running);
+    let (status, reply, waited) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["eval_count"], 2, "{reply}");
+    eprintln!("queued request served {waited:?} after it was sent");
+}
+
+#[test]
+fn disconnect_during_a_long_prefill_frees_the_slot_promptly() {
+    let d = Daemon::builder().env("OLLAMARS_NUM_PARALLEL", "1").start();
+    d.create_model("gemma", &models::gemma());
+    let prompt = |word: &str| {
+        format!(
+            "{word} {}",
+            "the quick brown fox jumps over the lazy dog. ".repeat(300)
+        )
+    };
+    // How long the whole prefill takes (about 2000 tokens, four of the runner's 512-token steps).
+    let full = generate(
+        &d,
+        "gemma",
+        json!({"prompt": prompt("First"), "raw": true,
+               "options": {"num_ctx": 4096, "num_predict": 1}}),
+    );
+    let prefill = Duration::from_nanos(full["prompt_eval_duration"].as_u64().unwrap());
+    assert!(full["prompt_eval_count"].as_u64().unwrap() > 1500, "{full}");
+    // A different prompt (no cached prefix), abandoned by its client after 300 ms: the reply
+    // headers only come with the first token, so the client leaves during the prefill.
+    let t0 = Instant::now();
+    let r = d
+        .client()
+        .post(d.url("/api/generate"))
+        .timeout(Duration::from_millis(300))
+        .json(&json!({"model": "gemma", "prompt": prompt("Second"), "raw": true,
+                      "options": {"num_ctx": 4096, "num_predict": 1}}))
+        .send();
+    assert!(r.is_err(), "the prefill finished within 300 ms");
+    let next = generate(
+        &d,
+        "gemma",
+        json!({"prompt": "Hello", "options": {"num_ctx": 4096, "num_predict": 1}}),
+    );
+    let after = t0.elapsed();
+    assert_eq!(next["done"], true);
+    eprintln!("full prefill {prefill:?}; abandoned request + next request {after:?}");
+    assert!(
+        after < prefill * 2 / 3,
+        "the abandoned prefill held the slot: the next request took {after:?}, a full prefill {prefill:?}"
+    );
+}
+
+#[test]
+fn four_parallel_streams_match_serial_replies() {
+    let d = Daemon::builder().env("OLLAMARS_NUM_PARALLEL", "4").start();
+    d.create_model("gemma", &models::gemma());
+    let prompts = [
+        "Write a haiku about the sea.",
+        "Name three primary colors.",
+        "What is the capital of Italy?",
+        "Count from one to five.",
+    ];
+    let body = |p: &str| {
+        json!({"model": "gemma", "prompt": p, "stream": true,
+               "options": {"num_predict": 24, "temperature": 0, "num_ctx": 1024}})
+    };
+    let text = |lines: &[Value]| -> String { lines.iter().filter_map(|l| l["response"].as_str()).collect() };
+    generate(
+        &d,
+        "gemma",
+        json!({"options": {"num_ctx": 1024, "num_predict": 1}}),
+    );
+
+    let t0 = Instant::now();
+    let serial: Vec<String> = prompts
+        .iter()
+        .map(|p| text(&ndjson(d.post("/api/generate", &body(p)))))
+        .collect();
+    let serial_time = t0.elapsed();
+
+    let t0 = Instant::now();
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (url, client, b) = (d.url("/api/generate"), d.client().clone(), body(p));
+            thread::spawn(move || ndjson(client.post(url).json(&b).send().unwrap()))
+        })
+        .collect();
+    let parallel: Vec<Vec<Value>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let parallel_time = t0.elapsed();
+    eprintln!(
+        "4 requests x 24 tokens on gemma3-270m: serial {serial_time:?}, 4 parallel slots {parallel_time:?}"
+    );
+    for (i, lines) in parallel.iter().enumerate() {
+        let last = lines.last().unwrap();
+        assert_eq!(last["done"], true, "{last}");
+        assert_eq!(
+            text(lines),
+            serial[i],
+            "prompt {i}: a batched reply differs from the serial one"
+        );
+    }
+}
