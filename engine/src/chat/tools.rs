@@ -13,6 +13,10 @@
 //!   JSON is taken as a call, and only when it names one of the request's tools, so ordinary JSON
 //!   answers are left alone.
 //!
+//! A tagged format also takes a reply that *starts* with a bare JSON call naming one of the
+//! request's tools: small models (Qwen2.5-Coder 0.5B, say) often leave out the marker their
+//! template asks for, and their users expect the call, not JSON in the content.
+//!
 //! A call object may spell its arguments `arguments` or `parameters`, as an object or as a JSON
 //! string holding one, or nest them under `function`.
 
@@ -98,14 +102,16 @@ pub struct ToolCallParser {
     buf: String,
     /// For Json format: the text since the reply started, given back if it is not a call.
     pending: String,
+    /// A tagged format is trying a bare JSON call at the start of the reply.
+    bare: bool,
 }
 
 impl ToolCallParser {
     /// `tools` are the names of the request's tools (bare-JSON calls must name one of them).
     pub fn new(format: ToolCallFormat, tools: Vec<String>) -> ToolCallParser {
         let state = match format {
-            ToolCallFormat::Json => State::Start,
-            ToolCallFormat::Tagged { .. } => State::Content,
+            ToolCallFormat::Tagged { .. } if tools.is_empty() => State::Content,
+            _ => State::Start,
         };
         ToolCallParser {
             format,
@@ -113,6 +119,7 @@ impl ToolCallParser {
             state,
             buf: String::new(),
             pending: String::new(),
+            bare: false,
         }
     }
 
@@ -145,6 +152,15 @@ impl ToolCallParser {
                 }
                 State::Start => {
                     let trimmed = self.buf.trim_start();
+                    if trimmed.is_empty() && !eof {
+                        return;
+                    }
+                    if matches!(self.format, ToolCallFormat::Tagged { .. }) {
+                        // Only an object: a marker may itself start with `[`.
+                        self.bare = trimmed.starts_with('{');
+                        self.state = if self.bare { State::Call } else { State::Content };
+                        continue;
+                    }
                     if trimmed.is_empty() {
                         return;
                     }
@@ -205,6 +221,7 @@ impl ToolCallParser {
                     {
                         Some(calls) => {
                             out.calls.extend(calls);
+                            self.bare = false;
                             self.pending.clear();
                             self.buf.drain(..ws + end);
                             self.state = State::AfterCall;
@@ -277,6 +294,11 @@ impl ToolCallParser {
 
     /// The held text was not a call after all: give it back as content.
     fn not_a_call(&mut self, out: &mut ToolParse) {
+        if std::mem::take(&mut self.bare) {
+            // No marker was taken: the held text is content, searched for a marker as usual.
+            self.state = State::Content;
+            return;
+        }
         match &self.format {
             ToolCallFormat::Tagged { open, .. } => {
                 out.content.push_str(open);
@@ -303,7 +325,8 @@ impl ToolCallParser {
         };
         let calls: Option<Vec<ToolCall>> = items.into_iter().map(call_from).collect();
         let calls = calls?;
-        if self.format == ToolCallFormat::Json && !calls.iter().all(|c| self.tools.contains(&c.name)) {
+        let bare = self.bare || self.format == ToolCallFormat::Json;
+        if bare && !calls.iter().all(|c| self.tools.contains(&c.name)) {
             return None;
         }
         Some(calls)
@@ -380,6 +403,45 @@ mod tests {
 
     fn tools() -> Vec<String> {
         vec!["get_weather".into(), "get_time".into()]
+    }
+
+    #[test]
+    fn tagged_format_takes_a_bare_call_at_the_start() {
+        let hermes = || ToolCallFormat::from_tag("<tool_call>");
+        for n in [1, 3, 100] {
+            let r = run(
+                hermes(),
+                " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                n,
+            );
+            assert_eq!(r.calls.len(), 1, "chunk {n}: {r:?}");
+            assert_eq!(r.calls[0].name, "get_weather");
+            assert_eq!(r.calls[0].arguments["city"], "Paris");
+            assert_eq!(r.content.trim(), "");
+            // JSON that names no tool of the request stays content, whole.
+            let text = "{\"name\": \"other\", \"arguments\": {}} and <tool_call>{\"name\": \"get_time\"}</tool_call>";
+            let r = run(hermes(), text, n);
+            assert_eq!(
+                r.content, "{\"name\": \"other\", \"arguments\": {}} and ",
+                "chunk {n}"
+            );
+            assert_eq!(r.calls.len(), 1);
+            assert_eq!(r.calls[0].name, "get_time");
+            // Plain text and the marker still work as before.
+            let r = run(
+                hermes(),
+                "Sure. <tool_call>{\"name\": \"get_time\"}</tool_call>",
+                n,
+            );
+            assert_eq!(r.content, "Sure. ");
+            assert_eq!(r.calls[0].name, "get_time");
+        }
+        // A JSON answer with no tools in the request is never held or taken.
+        let mut p = ToolCallParser::new(hermes(), Vec::new());
+        assert_eq!(
+            p.push("{\"name\": \"get_weather\"").content,
+            "{\"name\": \"get_weather\""
+        );
     }
 
     /// Feeds the output in chunks of `n` bytes (on char boundaries) and collects everything.
