@@ -3,7 +3,9 @@
 //! Thin by design: argument parsing, printing, and an HTTP client of the daemon, plus direct
 //! engine tools that need no daemon. Each command lives in its own module under `cmd/`.
 
+mod client;
 mod cmd;
+mod term;
 
 use clap::Parser;
 
