@@ -11,11 +11,13 @@ OLLAMARS_TEST_QWEN="$(scripts/fetch-model.sh qwen25-coder-0.5b)"
 export OLLAMARS_TEST_GEMMA OLLAMARS_TEST_QWEN
 
 # The registry tests run a real OCI registry (Debian's docker-registry, distribution 2.8) on
-# loopback, and sign test tokens with openssl.
-if ! command -v docker-registry >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
-  echo "installing docker-registry and openssl..." >&2
+# loopback, and sign test tokens with openssl; the packaging tests run systemd-analyze verify on
+# the unit and shellcheck on install.sh.
+if ! command -v docker-registry >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
+   || ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1; then
+  echo "installing docker-registry, openssl, systemd and shellcheck..." >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry openssl >/dev/null; }
+  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry openssl systemd shellcheck >/dev/null; }
   install || { $sudo apt-get update -qq >/dev/null && install; }
 fi
 
