@@ -21,6 +21,11 @@ if ! command -v docker-registry >/dev/null 2>&1 || ! command -v openssl >/dev/nu
   install || { $sudo apt-get update -qq >/dev/null && install; }
 fi
 
+# The official ollama and openai Python clients, in a cached virtualenv outside the repo, for the
+# end-to-end client tests (tests/tests/python_clients.rs).
+OLLAMARS_TEST_VENV="$(tests/python/setup-venv.sh)"
+export OLLAMARS_TEST_VENV
+
 # Registry tests talk to servers on loopback: never through a proxy from the environment.
 export NO_PROXY="${NO_PROXY:+$NO_PROXY,}127.0.0.1,localhost" no_proxy="${no_proxy:+$no_proxy,}127.0.0.1,localhost"
 
