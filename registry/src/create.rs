@@ -593,13 +593,15 @@ impl Write for Tee {
     }
 }
 
-/// Quantizes a model layer to `to`; `None` if it already has that type.
+/// Quantizes a model layer to `to` with the engine's quantizer (llama-quantize's mixes and
+/// bytes); `None` if it already has that type. The output is written in the pin's scratch space
+/// (so a crash leaves nothing in `blobs/`) and then adopted as a blob.
 fn quantize_layer(
-    _store: &Store,
-    _pin: &Pin,
+    store: &Store,
+    pin: &Pin,
     file: &GgufFile,
     to: engine::quant::FileType,
-    _emit: &dyn Fn(Progress),
+    emit: &dyn Fn(Progress),
 ) -> Result<Option<crate::store::BlobWrite>> {
     let from = ggufmeta::file_type_name(&file.header().metadata);
     if from == to.name() {
@@ -610,9 +612,27 @@ fn quantize_layer(
             "quantization is only supported for F16, BF16 and F32 models (this one is {from})"
         )));
     }
-    Err(Error::request(format!(
-        "quantizing to {to} is not available yet: the engine's quantizer has not landed"
-    )))
+    store.check_space(file.len())?;
+    let out = pin.scratch_path("quantized.gguf");
+    let event = |total: u64, completed: u64| Progress::Quantizing {
+        from: from.clone(),
+        to: to.name().to_string(),
+        total,
+        completed,
+    };
+    emit(event(file.len(), 0));
+    let opts = engine::quant::QuantizeOptions::new(to);
+    let quantized = engine::quant::quantize_file(file.path(), &out, &opts, |p| {
+        emit(event(p.total_bytes_in, p.done_bytes_in))
+    });
+    let result = quantized
+        .map_err(|e| match e {
+            engine::Error::Io { source, .. } => Error::io(format!("quantizing to {to}"), source),
+            e => Error::request(format!("cannot quantize this model to {to}: {e}")),
+        })
+        .and_then(|_| store.adopt_file(&out, pin));
+    let _ = std::fs::remove_file(&out);
+    result.map(Some)
 }
 
 #[cfg(test)]

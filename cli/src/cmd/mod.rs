@@ -4,6 +4,7 @@ use clap::Subcommand;
 
 mod bench;
 mod create;
+mod doctor;
 mod generate;
 mod inspect;
 mod list;
@@ -21,6 +22,8 @@ mod transfer;
 pub enum Command {
     /// Prompt-processing and generation speed of a model (llama-bench's method)
     Bench(bench::BenchArgs),
+    /// Check the models directory (manifests, blobs, leftovers); --repair removes what is safe
+    Doctor(doctor::Args),
     /// Run a model on a prompt directly (no daemon), streaming the text; greedy by default
     Generate(generate::GenerateArgs),
     /// Create a model from a Modelfile
@@ -59,6 +62,7 @@ pub enum Command {
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Bench(args) => bench::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Create(args) => create::run(args),
         Command::Show(args) => show::run(args),

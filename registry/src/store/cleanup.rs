@@ -38,7 +38,7 @@ impl Default for CleanupOptions {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CleanupReport {
     pub blobs_removed: Vec<Digest>,
     pub temp_files_removed: usize,

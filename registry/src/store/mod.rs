@@ -15,6 +15,7 @@
 //! so nothing outside the root can be named. Every file is written atomically (see [`fsutil`]).
 //! Blobs are verified before they get their final name and are never modified afterwards.
 
+mod check;
 mod cleanup;
 pub mod partial;
 mod pins;
@@ -27,6 +28,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
+pub use check::{CheckOptions, CheckReport, Debris, Problem};
 pub use cleanup::{CleanupOptions, CleanupReport};
 pub use pins::Pin;
 
@@ -295,6 +297,37 @@ impl Store {
             self.check_space(m.len())?;
         }
         self.write_blob(f, None, pin)
+    }
+
+    /// Moves a finished file (a scratch file of `pin`, on any filesystem) into the store as a
+    /// blob: hashed, pinned, then hard-linked under its final name (copied if the blobs live on
+    /// another filesystem). The source is removed.
+    pub(crate) fn adopt_file(&self, path: &Path, pin: &Pin) -> Result<BlobWrite> {
+        let what = || format!("reading {}", path.display());
+        let (digest, size) = Digest::of_reader(File::open(path).map_err(|e| Error::io(what(), e))?)
+            .map_err(|e| Error::io(what(), e))?;
+        pin.add(&digest)?;
+        let dest = self.blob_path(&digest);
+        let created = match fs::hard_link(path, &dest) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let _ = fsutil::touch(&dest);
+                false
+            }
+            Err(_) => {
+                let f = File::open(path).map_err(|e| Error::io(what(), e))?;
+                let w = self.write_blob(f, Some(&digest), Some(pin))?;
+                let _ = fs::remove_file(path);
+                return Ok(w);
+            }
+        };
+        let _ = fs::remove_file(path);
+        fsutil::sync_dir(&self.blobs).map_err(|e| Error::io(format!("storing blob {digest}"), e))?;
+        Ok(BlobWrite {
+            digest,
+            size,
+            created,
+        })
     }
 
     pub(crate) fn temp_blob(&self) -> Result<AtomicFile> {

@@ -5,7 +5,8 @@
 //! `.ollamars/pins/<pid>-<n>-<nanos>/` holding a `lock` file, locked by the owner for the pin's
 //! whole life, and one empty file per pinned digest (created before the blob gets its final name).
 //! The lock dies with the process, so a crashed operation's pin is recognised as stale and
-//! removed. Across processes this needs only the filesystem.
+//! removed. Across processes this needs only the filesystem. The directory also holds the scratch
+//! files of the operation ([`Pin::scratch_path`]), so a crash leaves no debris in `blobs/`.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -54,6 +55,14 @@ impl Pin {
             .map_err(|e| Error::io("adding to a pin in .ollamars/pins", e))
     }
 
+    /// A path inside the pin's directory for a file the operation writes before it becomes a
+    /// blob (e.g. a quantized model): removed with the pin, and with a stale pin after a crash.
+    /// `name` must not look like a blob file name (those are the pinned digests).
+    pub(crate) fn scratch_path(&self, name: &str) -> PathBuf {
+        debug_assert!(Digest::from_file_name(name).is_none());
+        self.dir.join(name)
+    }
+
     /// Protects every digest in `digests`.
     pub fn add_all<'a>(&self, digests: impl IntoIterator<Item = &'a Digest>) -> Result<()> {
         digests.into_iter().try_for_each(|d| self.add(d))
@@ -66,6 +75,25 @@ impl Drop for Pin {
     }
 }
 
+/// A pin whose owner is gone: its lock is free and it is past its setup grace.
+fn is_stale(entry: &fs::DirEntry) -> bool {
+    let young = entry
+        .metadata()
+        .map(|m| fsutil::age(&m) < SETUP_GRACE)
+        .unwrap_or(true);
+    !young && !fsutil::is_locked(&entry.path().join("lock"))
+}
+
+/// How many pins are stale (left by operations that crashed).
+pub(super) fn stale_count(pins: &Path) -> usize {
+    fs::read_dir(pins)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(is_stale)
+        .count()
+}
+
 /// Digests of all live pins; stale pins (owner gone) are removed on the way.
 pub(super) fn live_digests(pins: &Path) -> Result<HashSet<Digest>> {
     let mut out = HashSet::new();
@@ -76,11 +104,7 @@ pub(super) fn live_digests(pins: &Path) -> Result<HashSet<Digest>> {
     };
     for entry in rd.flatten() {
         let dir = entry.path();
-        let young = entry
-            .metadata()
-            .map(|m| fsutil::age(&m) < SETUP_GRACE)
-            .unwrap_or(true);
-        if !fsutil::is_locked(&dir.join("lock")) && !young {
+        if is_stale(&entry) {
             let _ = fs::remove_dir_all(&dir);
             continue;
         }

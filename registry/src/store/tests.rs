@@ -259,3 +259,104 @@ fn configured_root_trims_like_ollama() {
     std::env::remove_var(MODELS_ENV);
     assert!(Store::configured_root().unwrap().ends_with("ollamars/models"));
 }
+
+#[test]
+fn check_finds_problems_and_repairs_only_what_is_safe() {
+    let (_d, store) = store();
+    let m = add_model(&store, "good", &[b"weights"]);
+    let check = |repair: bool| {
+        store
+            .check(&CheckOptions {
+                repair,
+                cleanup: no_grace(),
+                ..CheckOptions::default()
+            })
+            .unwrap()
+    };
+    let r = check(false);
+    assert!(r.is_consistent(), "{:?}", r.problems);
+    assert!(r.debris.is_empty(), "{:?}", r.debris);
+    assert_eq!((r.models, r.blobs), (1, 2));
+    assert_eq!(r.bytes_verified, 9);
+
+    // Debris: an unlocked temporary file in blobs/ and in a manifest directory, a dead partial,
+    // an unreferenced blob. A locked temporary file and a resumable download are not debris.
+    let blobs = store.blobs_dir().to_path_buf();
+    fs::write(blobs.join(".tmp-dead"), b"x").unwrap();
+    let live = crate::fsutil::AtomicFile::new_in(&blobs).unwrap();
+    let mdir = store.root().join("manifests/registry.ollama.ai/library/good");
+    fs::write(mdir.join(".tmp-dead"), b"{").unwrap();
+    let dead = Digest::of_bytes(b"dead");
+    fs::write(store.partial_path(&dead), b"abc").unwrap();
+    let resumable = Digest::of_bytes(b"resumable");
+    fs::write(store.partial_path(&resumable), vec![0u8; 10]).unwrap();
+    partial::PartialState::new(resumable, 10, 4)
+        .save(&store.partial_state_path(&resumable))
+        .unwrap();
+    let orphan = store.write_blob_bytes(b"orphan", None).unwrap().digest;
+    let r = check(false);
+    assert!(r.is_consistent(), "{:?}", r.problems);
+    assert_eq!(
+        r.debris,
+        Debris {
+            temp_files: 2,
+            dead_partials: 1,
+            stale_pins: 0,
+            unreferenced_blobs: 1,
+            bytes: 1 + 1 + 3 + 6,
+        }
+    );
+    assert_eq!(r.partial_downloads, 1);
+    assert_eq!(store.list().unwrap().len(), 1);
+
+    // Problems: a blob whose bytes are not its name (a half-written file under a final name), a
+    // missing blob, an unreadable manifest.
+    let weights = m.layers[0].digest;
+    fs::write(store.blob_path(&weights), b"weigh").unwrap();
+    let other = add_model(&store, "other", &[b"gone"]);
+    fs::remove_file(store.blob_path(&other.layers[0].digest)).unwrap();
+    let bad = store.root().join("manifests/registry.ollama.ai/library/bad");
+    fs::create_dir_all(&bad).unwrap();
+    fs::write(bad.join("latest"), b"{truncated").unwrap();
+    let r = check(false);
+    assert!(!r.is_consistent());
+    let kinds: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(r.problems.len(), 4, "{kinds:?}");
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::UnreadableManifest { model, .. } if model == "bad:latest")));
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::MissingBlob { model, digest } if model == "other:latest" && *digest == other.layers[0].digest)));
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::SizeMismatch { digest, .. } if *digest == weights)));
+    assert!(r.problems.iter().any(
+        |p| matches!(p, Problem::CorruptBlob { digest, models, removed: false, .. } if *digest == weights && models == &["good:latest".to_string()])
+    ));
+
+    // Repair removes the corrupt blob and the debris, never a manifest, a locked temporary
+    // file or a resumable download. (The unreadable manifest keeps unreferenced blobs.)
+    let r = check(true);
+    assert!(r
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::CorruptBlob { removed: true, .. })));
+    assert!(!store.has_blob(&weights));
+    assert!(bad.join("latest").exists());
+    assert!(live.temp_path().exists());
+    assert!(store.partial_path(&resumable).exists());
+    assert!(!store.partial_path(&dead).exists());
+    assert!(!blobs.join(".tmp-dead").exists() && !mdir.join(".tmp-dead").exists());
+    assert!(store.has_blob(&orphan));
+    fs::remove_dir_all(&bad).unwrap();
+    check(true);
+    assert!(!store.has_blob(&orphan));
+    let r = check(false);
+    assert!(r.debris.is_empty(), "{:?}", r.debris);
+    // Still inconsistent until the models are pulled or created again.
+    assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
+}

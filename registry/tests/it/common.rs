@@ -363,6 +363,32 @@ pub fn tiny_gguf(path: &Path, rows: u64, extra: &[(&str, Value)]) {
     .unwrap();
 }
 
+/// A small valid F32 GGUF (llama architecture) with finite weights, for quantizing: 3 tensors of
+/// 64x`rows` values in [-1, 1).
+pub fn float_gguf(path: &Path, rows: u64) {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.set("general.file_type", Value::U32(0));
+    w.set("llama.block_count", Value::U32(1));
+    w.set("llama.context_length", Value::U32(128));
+    for i in 0..3 {
+        w.add_tensor(format!("blk.0.t{i}.weight"), GgmlType::F32, &[64, rows])
+            .unwrap();
+    }
+    w.write_file(path, |i, spec| {
+        let bytes = random_bytes(spec.size as usize, i as u64 + 11);
+        let floats: Vec<u8> = bytes
+            .chunks_exact(4)
+            .flat_map(|c| {
+                let u = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                (u as f32 / 2_147_483_648.0 - 1.0).to_le_bytes()
+            })
+            .collect();
+        Ok(std::borrow::Cow::Owned(floats))
+    })
+    .unwrap();
+}
+
 /// Writes a split GGUF set (`prefix-0000k-of-0000n.gguf`) with the given tensors spread over
 /// `parts` files, and returns the paths.
 pub fn split_gguf(dir: &Path, prefix: &str, parts: u64) -> Vec<PathBuf> {
@@ -443,11 +469,12 @@ impl Events {
     }
 }
 
-/// A TCP proxy to `target`: counts bytes sent to the client, optionally limited to
-/// `rate` bytes per second per connection.
+/// A TCP proxy to `target`: counts bytes sent each way, optionally limiting what goes to the
+/// client to `rate` bytes per second per connection.
 pub struct Proxy {
     pub port: u16,
     pub to_client: Arc<AtomicU64>,
+    pub to_server: Arc<AtomicU64>,
     /// Connections accepted so far.
     pub accepted: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
@@ -455,11 +482,18 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(target: SocketAddr, rate: Option<u64>) -> Proxy {
+        Proxy::start_rates(target, rate, None).await
+    }
+
+    /// Like [`Proxy::start`], also limiting what goes to the server to `up_rate` bytes per second
+    /// per connection.
+    pub async fn start_rates(target: SocketAddr, rate: Option<u64>, up_rate: Option<u64>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let to_client = Arc::new(AtomicU64::new(0));
+        let to_server = Arc::new(AtomicU64::new(0));
         let accepted = Arc::new(AtomicU64::new(0));
-        let (counter, accepted2) = (to_client.clone(), accepted.clone());
+        let (counter, up_counter, accepted2) = (to_client.clone(), to_server.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -467,6 +501,7 @@ impl Proxy {
                 };
                 accepted2.fetch_add(1, Ordering::Relaxed);
                 let counter = counter.clone();
+                let up_counter = up_counter.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
@@ -474,7 +509,21 @@ impl Proxy {
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
                     let up = tokio::spawn(async move {
-                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                        let mut buf = vec![0u8; 16 << 10];
+                        let (start, mut sent) = (Instant::now(), 0u64);
+                        while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            up_counter.fetch_add(n as u64, Ordering::Relaxed);
+                            sent += n as u64;
+                            if let Some(rate) = up_rate {
+                                let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+                                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                                    tokio::time::sleep(wait).await;
+                                }
+                            }
+                        }
                         let _ = sw.shutdown().await;
                     });
                     let mut buf = vec![0u8; 16 << 10];
@@ -505,6 +554,7 @@ impl Proxy {
         Proxy {
             port,
             to_client,
+            to_server,
             accepted,
             task,
         }
@@ -512,6 +562,10 @@ impl Proxy {
 
     pub fn bytes(&self) -> u64 {
         self.to_client.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes_up(&self) -> u64 {
+        self.to_server.load(Ordering::Relaxed)
     }
 }
 

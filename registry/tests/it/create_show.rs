@@ -314,3 +314,94 @@ async fn progress_statuses_match_ollama() {
         format!("using existing layer {d}")
     );
 }
+
+#[tokio::test]
+async fn create_quantizes_with_the_engines_quantizer() {
+    let (dir, store) = common::store();
+    let src = dir.path().join("tiny.gguf");
+    common::float_gguf(&src, 32);
+    let mf = Modelfile::parse("FROM ./tiny.gguf\nSYSTEM s\n").unwrap();
+    let ev = Events::default();
+    create_from_modelfile(
+        &store,
+        &name("tiny:q8"),
+        &mf,
+        dir.path(),
+        Some("q8_0"),
+        CreateOptions::default(),
+        &|p| ev.push(p),
+    )
+    .await
+    .unwrap();
+    let statuses = ev.statuses();
+    assert!(
+        statuses.contains(&"quantizing F32 model to Q8_0".to_string()),
+        "{statuses:?}"
+    );
+    let last = ev
+        .all()
+        .into_iter()
+        .rfind(|p| matches!(p, Progress::Quantizing { .. }))
+        .unwrap();
+    assert_eq!(last.completed(), last.total());
+
+    // The model layer is exactly what the engine's quantizer writes for the file.
+    let direct = dir.path().join("direct.gguf");
+    engine::quant::quantize_file(
+        &src,
+        &direct,
+        &engine::quant::QuantizeOptions::new(engine::quant::FileType::from_name("Q8_0").unwrap()),
+        |_| {},
+    )
+    .unwrap();
+    let (want, _) = Digest::of_reader(std::fs::File::open(&direct).unwrap()).unwrap();
+    let m = store.read_manifest(&name("tiny:q8")).unwrap();
+    let model = m.manifest.layers_of(media::MODEL).next().unwrap();
+    assert_eq!(model.digest, want);
+    assert_eq!(model.from, None);
+    let f = GgufFile::open(store.blob_path(&model.digest)).unwrap();
+    assert!(f
+        .header()
+        .tensors
+        .iter()
+        .all(|t| t.ty == engine::quant::GgmlType::Q8_0));
+    let info = show(&store, &name("tiny:q8"), false).unwrap();
+    assert_eq!(info.details.quantization_level, "Q8_0");
+    // Nothing left over in scratch space or blobs/.
+    assert!(common::tree(store.root())
+        .iter()
+        .all(|f| !f.contains(".tmp-") && !f.contains("quantized") && !f.contains("partial")));
+
+    // A quantized model cannot be quantized again; the same type is a no-op.
+    let from_q8 = CreateRequest {
+        files: [("m.gguf".to_string(), model.digest)].into(),
+        quantize: Some("q4_0".into()),
+        ..CreateRequest::default()
+    };
+    let err = create(&store, &name("again"), from_q8, CreateOptions::default(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("only supported for F16, BF16 and F32"),
+        "{err}"
+    );
+    let same = CreateRequest {
+        files: [("m.gguf".to_string(), model.digest)].into(),
+        quantize: Some("Q8_0".into()),
+        ..CreateRequest::default()
+    };
+    create(&store, &name("same"), same, CreateOptions::default(), &|_| {})
+        .await
+        .unwrap();
+    let same = store.read_manifest(&name("same")).unwrap();
+    assert_eq!(same.manifest.layers[0].digest, model.digest);
+    let bad = CreateRequest {
+        files: [("m.gguf".to_string(), model.digest)].into(),
+        quantize: Some("q3_weird".into()),
+        ..CreateRequest::default()
+    };
+    let err = create(&store, &name("bad"), bad, CreateOptions::default(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+}

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,8 +28,35 @@ struct Script {
     require_token: bool,
     /// Cut blob bodies after this many bytes.
     truncate_at: Option<usize>,
+    /// Serve this part of the protocol as a body that never ends.
+    endless: Option<Endless>,
+    /// Bytes sent in endless bodies so far.
+    endless_sent: Arc<AtomicU64>,
     /// Every request: (method, path, authorization header).
     log: Vec<(String, String, Option<String>)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endless {
+    Manifest,
+    /// Blobs, ignoring ranges (200, no length).
+    Blobs,
+    Token,
+    /// Error responses (500) with endless bodies.
+    ErrorBody,
+}
+
+/// A body of pseudo-random bytes that never ends, counting what it sends.
+fn endless_body(sent: Arc<AtomicU64>) -> Body {
+    let stream = futures_util::stream::unfold(1u64, move |seed| {
+        let sent = sent.clone();
+        async move {
+            sent.fetch_add(64 << 10, Ordering::Relaxed);
+            let chunk = bytes::Bytes::from(common::random_bytes(64 << 10, seed));
+            Some((Ok::<_, std::io::Error>(chunk), seed + 1))
+        }
+    });
+    Body::from_stream(stream)
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -53,7 +81,17 @@ fn handle(script: &Shared, addr: SocketAddr, method: Method, uri: Uri, headers: 
     let path = uri.path().to_string();
     s.log.push((method.to_string(), path.clone(), auth.clone()));
     let resp = Response::builder();
+    let endless = |part| s.endless == Some(part);
+    if endless(Endless::ErrorBody) {
+        return resp
+            .status(500)
+            .body(endless_body(s.endless_sent.clone()))
+            .unwrap();
+    }
     if path == "/token" {
+        if endless(Endless::Token) {
+            return resp.body(endless_body(s.endless_sent.clone())).unwrap();
+        }
         return resp.body(Body::from(r#"{"token":"good"}"#)).unwrap();
     }
     if s.require_token && path.starts_with("/v2/") && auth.as_deref() != Some("Bearer good") {
@@ -73,6 +111,9 @@ fn handle(script: &Shared, addr: SocketAddr, method: Method, uri: Uri, headers: 
         for (k, v) in &s.manifest_headers {
             r = r.header(k.as_str(), v.as_str());
         }
+        if endless(Endless::Manifest) {
+            return r.body(endless_body(s.endless_sent.clone())).unwrap();
+        }
         return r.body(Body::from(s.manifest.clone())).unwrap();
     }
     if let Some(d) = path.rsplit("/blobs/").next().filter(|_| path.contains("/blobs/")) {
@@ -84,6 +125,9 @@ fn handle(script: &Shared, addr: SocketAddr, method: Method, uri: Uri, headers: 
                     .body(Body::empty())
                     .unwrap();
             }
+        }
+        if endless(Endless::Blobs) {
+            return resp.body(endless_body(s.endless_sent.clone())).unwrap();
         }
         let Some(bytes) = s.blobs.get(d).cloned() else {
             return resp.status(404).body(Body::empty()).unwrap();
@@ -336,4 +380,141 @@ async fn tokens_stay_on_the_registry_when_blobs_redirect_elsewhere() {
     let cdn_log = cdn.lock().unwrap().log.clone();
     assert!(cdn_log.len() >= 3, "{cdn_log:?}");
     assert!(cdn_log.iter().all(|(_, _, a)| a.is_none()), "{cdn_log:?}");
+}
+
+#[tokio::test]
+async fn endless_bodies_are_cut_off_with_a_clean_error() {
+    let blob_size = 2u64 << 20;
+    let config = Digest::of_bytes(b"{}");
+    let weights = Digest::of_bytes(b"the real weights");
+    let manifest = manifest_with(
+        vec![Layer::new(media::MODEL, weights, blob_size)],
+        Layer::new(media::DOCKER_CONFIG, config, 2),
+    );
+    for (part, limit) in [
+        // The manifest read stops at the 4 MiB manifest limit.
+        (Endless::Manifest, registry::manifest::MAX_MANIFEST_BYTES as u64),
+        // A blob is read up to its announced size, then hashed: garbage is a mismatch.
+        (Endless::Blobs, blob_size),
+        // A token response is read up to 1 MiB.
+        (Endless::Token, 1 << 20),
+        // Error bodies are read up to 64 KiB for the message.
+        (Endless::ErrorBody, 64 << 10),
+    ] {
+        let script = Shared::default();
+        let sent = {
+            let mut s = script.lock().unwrap();
+            s.manifest = manifest.clone();
+            s.blobs.insert(config.to_string(), b"{}".to_vec());
+            s.endless = Some(part);
+            s.require_token = part == Endless::Token;
+            s.endless_sent.clone()
+        };
+        let addr = serve(script).await;
+        let (r, dir, store) = tokio::time::timeout(Duration::from_secs(60), pull_from(addr))
+            .await
+            .expect("an endless body must not hang the pull");
+        let err = r.unwrap_err();
+        match part {
+            Endless::Manifest => assert!(err.to_string().contains("larger than"), "{err}"),
+            Endless::Blobs => assert!(
+                matches!(err, Error::DigestMismatch { want, .. } if want == weights),
+                "{err}"
+            ),
+            Endless::Token => assert!(
+                matches!(err, Error::Unauthorized(_) | Error::Registry { .. }),
+                "{err}"
+            ),
+            Endless::ErrorBody => assert!(matches!(err, Error::Registry { status: 500, .. }), "{err}"),
+        }
+        // The client stopped reading soon after its limit (socket buffers hold a few MiB), on
+        // every retry together.
+        let read = sent.load(Ordering::Relaxed);
+        let retries = u64::from(opts().max_retries) + 2;
+        assert!(
+            read <= retries * (limit + (16 << 20)),
+            "{read} bytes sent for a {limit}-byte limit"
+        );
+        assert_clean(&dir, &store);
+    }
+}
+
+#[tokio::test]
+async fn manifest_redirects_to_other_hosts_carry_no_token() {
+    // The registry wants a token and redirects the manifest (and blobs) to another origin.
+    let config = b"{}".to_vec();
+    let d = Digest::of_bytes(&config);
+    let manifest = manifest_with(vec![], Layer::new(media::DOCKER_CONFIG, d, 2));
+    let other = Shared::default();
+    {
+        let mut s = other.lock().unwrap();
+        s.manifest = manifest.clone();
+        s.blobs.insert(d.to_string(), config.clone());
+    }
+    let other_addr = serve(other.clone()).await;
+    let redirecting = Shared::default();
+    let addr = serve_redirecting(redirecting.clone(), other_addr.port()).await;
+    let (r, _dir, store) = pull_from(addr).await;
+    r.unwrap();
+    assert!(store.has_blob(&d));
+    assert_eq!(store.list().unwrap().len(), 1);
+    let log = redirecting.lock().unwrap().log.clone();
+    assert!(
+        log.iter()
+            .any(|(_, p, a)| p.contains("/manifests/") && a.as_deref() == Some("Bearer good")),
+        "{log:?}"
+    );
+    let other_log = other.lock().unwrap().log.clone();
+    assert!(
+        other_log.iter().any(|(_, p, _)| p.contains("/manifests/")),
+        "{other_log:?}"
+    );
+    assert!(
+        other_log.iter().all(|(_, _, a)| a.is_none()),
+        "token leaked: {other_log:?}"
+    );
+}
+
+/// A registry that challenges for a token, then redirects every `/v2/` request to the same path
+/// on `localhost:<port>` (another origin).
+async fn serve_redirecting(script: Shared, port: u16) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
+        let script = script.clone();
+        async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let path = uri.path().to_string();
+            script
+                .lock()
+                .unwrap()
+                .log
+                .push((method.to_string(), path.clone(), auth.clone()));
+            if path == "/token" {
+                return Response::builder()
+                    .body(Body::from(r#"{"token":"good"}"#))
+                    .unwrap();
+            }
+            if auth.as_deref() != Some("Bearer good") {
+                return Response::builder()
+                    .status(StatusCode::UNAUTHORIZED)
+                    .header(
+                        "www-authenticate",
+                        format!(r#"Bearer realm="http://{addr}/token",service="fake""#),
+                    )
+                    .body(Body::empty())
+                    .unwrap();
+            }
+            Response::builder()
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header("location", format!("http://localhost:{port}{path}"))
+                .body(Body::empty())
+                .unwrap()
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
 }

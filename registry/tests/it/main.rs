@@ -2,9 +2,11 @@
 
 mod child;
 mod common;
+mod crash;
 mod create_show;
 mod disk_full;
 mod hostile;
 mod proxy;
+mod push;
 mod resume;
 mod roundtrip;

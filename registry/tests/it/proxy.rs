@@ -34,7 +34,7 @@ async fn pulls_go_through_the_environment_proxy() {
     .wait_with_output()
     .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("CHILD PULL FAILED"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CHILD Pull FAILED"));
     assert_eq!(proxy.bytes(), through_proxy);
     assert!(!store.has_blob(&d));
 }
