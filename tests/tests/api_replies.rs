@@ -1,0 +1,118 @@
+//! Real replies through a live daemon: Gemma 3 270M (pretrained, no chat template) continues
+//! text; Qwen2.5-Coder 0.5B Instruct (a chat template with tools) calls tools, on both APIs.
+
+use ollamars_tests::daemon::{ndjson, sse_data};
+use ollamars_tests::{models, Daemon};
+use serde_json::{json, Value};
+
+fn weather_tool() -> Value {
+    json!([{"type": "function", "function": {
+        "name": "get_current_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string", "description": "The city name"}},
+                       "required": ["city"]}}}])
+}
+
+/// Gemma 3 270M here is the pretrained model without a chat template: it continues text.
+#[test]
+fn gemma_continues_text() {
+    let d = Daemon::start();
+    d.create_model("gemma", &models::gemma());
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "gemma", "stream": false,
+                "messages": [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+                "options": {"temperature": 0, "num_predict": 16}}),
+    );
+    let answer = r["message"]["content"].as_str().unwrap();
+    assert!(answer.contains("Paris"), "{r}");
+    let r = d.post_ok(
+        "/v1/completions",
+        &json!({"model": "gemma", "prompt": "The capital of Italy is", "max_tokens": 8, "temperature": 0}),
+    );
+    assert!(
+        r["choices"][0]["text"].as_str().unwrap().contains("capital"),
+        "{r}"
+    );
+    assert_eq!(r["usage"]["completion_tokens"], 8, "{r}");
+}
+
+#[test]
+fn qwen_calls_tools_on_both_apis() {
+    let d = Daemon::start();
+    d.create_model("qwen", &models::qwen());
+    // The 0.5B model answers with a bare JSON call, without the <tool_call> marker its template
+    // asks for: the parser takes it as a call all the same.
+    let ask = json!([{"role": "user", "content": "What is the weather in Paris right now?"}]);
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "qwen", "stream": false, "messages": ask, "tools": weather_tool(),
+                "options": {"temperature": 0, "num_predict": 64}}),
+    );
+    let call = &r["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_current_weather", "{r}");
+    assert!(
+        call["arguments"]["city"].as_str().unwrap().contains("Paris"),
+        "{r}"
+    );
+
+    // Streaming: the call arrives whole in one chunk.
+    let lines = ndjson(d.post(
+        "/api/chat",
+        &json!({"model": "qwen", "messages": ask, "tools": weather_tool(),
+                "options": {"temperature": 0, "num_predict": 64}}),
+    ));
+    let calls: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message"]["tool_calls"].is_array())
+        .collect();
+    assert_eq!(calls.len(), 1, "{lines:?}");
+    assert_eq!(
+        calls[0]["message"]["tool_calls"][0]["function"]["name"],
+        "get_current_weather"
+    );
+
+    // The tool's answer goes back as a `tool` message; the model uses it.
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "qwen", "stream": false, "tools": weather_tool(),
+                "messages": [{"role": "user", "content": "What is the weather in Paris right now?"},
+                             r["message"],
+                             {"role": "tool", "content": "18 degrees Celsius and sunny"}],
+                "options": {"temperature": 0, "num_predict": 48}}),
+    );
+    assert_eq!(r["done"], true, "{r}");
+
+    // OpenAI: arguments as a JSON string, finish_reason tool_calls, and in the stream.
+
+    let body = json!({"model": "qwen", "temperature": 0, "max_tokens": 64,
+                      "messages": ask, "tools": weather_tool()});
+    let r = d.post_ok("/v1/chat/completions", &body);
+    let choice = &r["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{r}");
+    let tc = &choice["message"]["tool_calls"][0];
+    assert_eq!(tc["type"], "function");
+    assert!(tc["id"].as_str().is_some_and(|s| !s.is_empty()), "{tc}");
+    assert_eq!(tc["function"]["name"], "get_current_weather");
+    let args: Value = serde_json::from_str(tc["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].as_str().unwrap().contains("Paris"), "{args}");
+
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    let data = sse_data(d.post("/v1/chat/completions", &stream));
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_current_weather"),
+        "{data:?}"
+    );
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "tool_calls"));
+}
