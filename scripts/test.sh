@@ -32,4 +32,7 @@ export NO_PROXY="${NO_PROXY:+$NO_PROXY,}127.0.0.1,localhost" no_proxy="${no_prox
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release --all-targets
+# End-to-end tests run this binary instead of building `ollamars` again on their own (a build of
+# the binary alone resolves features differently and would recompile half the workspace).
+export OLLAMARS_BIN="$PWD/target/release/ollamars"
 cargo test --workspace --release

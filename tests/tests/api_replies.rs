@@ -116,3 +116,62 @@ fn qwen_calls_tools_on_both_apis() {
         .iter()
         .any(|c| c["choices"][0]["finish_reason"] == "tool_calls"));
 }
+
+/// `format` with a JSON schema (Ollama) and `response_format` json_schema (OpenAI) constrain the
+/// reply so that it parses and validates; a schema keyword we cannot enforce is a 400 naming it.
+#[test]
+fn qwen_replies_follow_a_json_schema_on_both_apis() {
+    let d = Daemon::start();
+    d.create_model("qwen", &models::qwen());
+    let schema = json!({"type": "object",
+                        "properties": {"city": {"type": "string", "maxLength": 20},
+                                       "sunny": {"type": "boolean"},
+                                       "rating": {"type": "integer", "enum": [1, 2, 3]}},
+                        "required": ["city", "sunny", "rating"],
+                        "additionalProperties": false});
+    let ask = json!([{"role": "user", "content": "Describe the weather in Paris as JSON."}]);
+    let check = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        let o = v.as_object().unwrap_or_else(|| panic!("not an object: {text:?}"));
+        assert_eq!(o.len(), 3, "{text:?}");
+        assert!(o["city"].as_str().unwrap().chars().count() <= 20, "{text:?}");
+        assert!(o["sunny"].is_boolean(), "{text:?}");
+        assert!([1, 2, 3].contains(&o["rating"].as_i64().unwrap()), "{text:?}");
+    };
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "qwen", "stream": false, "messages": ask, "format": schema,
+                "options": {"temperature": 0, "num_predict": 96}}),
+    );
+    assert_eq!(r["done_reason"], "stop", "{r}");
+    check(r["message"]["content"].as_str().unwrap());
+
+    let r = d.post_ok(
+        "/v1/chat/completions",
+        &json!({"model": "qwen", "messages": ask, "max_tokens": 96, "temperature": 0, "seed": 7,
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "weather", "schema": schema}}}),
+    );
+    check(r["choices"][0]["message"]["content"].as_str().unwrap());
+
+    // `format: "json"` gives an object that parses (when the model closes it within the budget).
+    let r = d.post_ok(
+        "/api/generate",
+        &json!({"model": "qwen", "stream": false, "format": "json",
+                "prompt": "Give the weather in Paris as a JSON object with the keys city and sunny.",
+                "options": {"temperature": 0, "num_predict": 96}}),
+    );
+    if r["done_reason"] == "stop" {
+        let v: Value = serde_json::from_str(r["response"].as_str().unwrap()).unwrap();
+        assert!(v.is_object(), "{r}");
+    }
+
+    let bad = json!({"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}});
+    let resp = d.post(
+        "/api/chat",
+        &json!({"model": "qwen", "stream": false, "messages": ask, "format": bad}),
+    );
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = resp.json().unwrap();
+    assert!(body["error"].as_str().unwrap().contains("'not'"), "{body}");
+}
