@@ -34,5 +34,5 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release --all-targets
 # End-to-end tests run this binary instead of building `ollamars` again on their own (a build of
 # the binary alone resolves features differently and would recompile half the workspace).
-export OLLAMARS_BIN="$PWD/target/release/ollamars"
+export OLLAMARS_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/ollamars"
 cargo test --workspace --release
