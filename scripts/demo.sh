@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 prompt="${1:-Why is the sky blue? Answer in two sentences.}"
 
 cargo build --release --bin ollamars
-ollamars="$PWD/target/release/ollamars"
+ollamars="${CARGO_TARGET_DIR:-$PWD/target}/release/ollamars"
 model_file="$(scripts/fetch-model.sh gemma3-270m)"
 
 work="$(mktemp -d)"
