@@ -38,6 +38,7 @@ pub mod store;
 pub use create::{create, create_from_modelfile, CreateOptions, CreateRequest, Message};
 pub use digest::Digest;
 pub use error::{Error, Result};
+pub use ggufmeta::human_number;
 pub use manifest::{Layer, Manifest, ModelConfig};
 pub use modelfile::Modelfile;
 pub use name::Name;

@@ -29,29 +29,9 @@ pub fn human_bytes(b: i64) -> String {
     }
 }
 
-/// Parameter counts: `268.10M`, `8B`, `1.5B`, `30K` (Ollama's `HumanNumber`).
-pub fn human_number(n: u64) -> String {
-    let f = n as f64;
-    if n >= 1_000_000_000 {
-        let v = f / 1e9;
-        if v == v.floor() {
-            format!("{v:.0}B")
-        } else {
-            format!("{v:.1}B")
-        }
-    } else if n >= 1_000_000 {
-        let v = f / 1e6;
-        if v == v.floor() {
-            format!("{v:.0}M")
-        } else {
-            format!("{v:.2}M")
-        }
-    } else if n >= 1_000 {
-        format!("{:.0}K", f / 1e3)
-    } else {
-        n.to_string()
-    }
-}
+/// Parameter counts: `268.10M`, `8B`, `1.5B`, `30K` (Ollama's `HumanNumber`), as the registry
+/// writes them into a model's config.
+pub use registry::human_number;
 
 /// An approximate duration: `Less than a second`, `1 second`, `About a minute`, `19 hours`,
 /// `3 weeks` (Ollama's `humanDuration`).
