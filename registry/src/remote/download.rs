@@ -260,8 +260,9 @@ async fn download(
         .save(&state_path)
         .map_err(|e| Error::io("saving download state", e))?;
 
-    let (tx, rx) = mpsc::channel::<WriteMsg>(64);
-    let (hash_tx, hash_rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(256);
+    // At most 32 + 32 batches (64 MiB) between the connections and the hasher.
+    let (tx, rx) = mpsc::channel::<WriteMsg>(32);
+    let (hash_tx, hash_rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(32);
     let clone = || {
         file.try_clone()
             .map_err(|e| Error::io("opening a partial download", e))
@@ -789,35 +790,40 @@ impl Fetcher<'_> {
                 }
             }
         }
-        loop {
+        // The body arrives in pieces of a few KiB; they go to the writer in batches of
+        // `WRITE_BATCH`, so the threads downstream wake once per batch, not once per piece.
+        let mut batch = bytes::BytesMut::new();
+        let outcome = loop {
             let next = tokio::time::timeout(self.opts.stall_timeout, resp.chunk()).await;
             let data = match next {
-                Err(_) => return Err(Attempt::Stalled),
-                Ok(Err(e)) => return Err(Attempt::Retry(Error::http("downloading a blob", e))),
-                Ok(Ok(None)) => break,
+                Err(_) => break Err(Attempt::Stalled),
+                Ok(Err(e)) => break Err(Attempt::Retry(Error::http("downloading a blob", e))),
+                Ok(Ok(None)) => break Ok(()),
                 Ok(Ok(Some(d))) => d,
             };
-            let want = (end - *pos) as usize;
+            let want = (end - *pos) as usize - batch.len();
             let data = if data.len() > want {
                 data.slice(..want)
             } else {
                 data
             };
-            let len = data.len() as u64;
-            if len > 0 {
-                tx.send(WriteMsg {
-                    chunk,
-                    offset: *pos,
-                    data,
-                })
-                .await
-                .map_err(|_| Attempt::Fatal(Error::Cancelled))?;
-                *pos += len;
+            if batch.is_empty() && data.len() >= WRITE_BATCH {
+                send(tx, chunk, pos, data).await?;
+            } else {
+                batch.extend_from_slice(&data);
+                if batch.len() >= WRITE_BATCH {
+                    send(tx, chunk, pos, batch.split().freeze()).await?;
+                }
             }
-            if *pos == end {
-                return Ok(());
+            if *pos + batch.len() as u64 == end {
+                break Ok(());
             }
+        };
+        // What arrived before a failure is kept: the retry asks only for the rest.
+        if !batch.is_empty() {
+            send(tx, chunk, pos, batch.freeze()).await?;
         }
+        outcome?;
         if *pos < end {
             return Err(Attempt::Retry(Error::io(
                 format!("downloading {}", self.src.digest),
@@ -826,4 +832,26 @@ impl Fetcher<'_> {
         }
         Ok(())
     }
+}
+
+/// Bytes handed to the writer at a time (at most; the last piece of a range may be shorter).
+const WRITE_BATCH: usize = 1 << 20;
+
+/// Hands `data` (the bytes at `*pos` of chunk `chunk`) to the writer and advances `*pos`.
+async fn send(
+    tx: &mpsc::Sender<WriteMsg>,
+    chunk: usize,
+    pos: &mut u64,
+    data: Bytes,
+) -> std::result::Result<(), Attempt> {
+    let len = data.len() as u64;
+    tx.send(WriteMsg {
+        chunk,
+        offset: *pos,
+        data,
+    })
+    .await
+    .map_err(|_| Attempt::Fatal(Error::Cancelled))?;
+    *pos += len;
+    Ok(())
 }

@@ -10,3 +10,4 @@ mod proxy;
 mod push;
 mod resume;
 mod roundtrip;
+mod throughput;
