@@ -1,7 +1,8 @@
 //! The `ollamars` client commands run as a user runs them, against a live daemon: create from a
-//! Modelfile, list and ps tables, show sections and flags, cp/rm/stop messages, one-shot run
-//! (argument and stdin, `--verbose` stats), errors for unknown models and for a daemon that is
-//! not running, and `OLLAMARS_HOST=unix://`.
+//! Modelfile (and `-q`), list and ps tables, show sections and flags, cp/rm/stop messages,
+//! one-shot run (argument and stdin, `--verbose` stats, `--start-daemon`), push and pull through
+//! a local registry (and `run` pulling a missing model) with plain progress lines, errors for
+//! unknown models and for a daemon that is not running, and `OLLAMARS_HOST=unix://`.
 
 use std::io::Write;
 use std::path::Path;
@@ -9,16 +10,25 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use ollamars_tests::daemon::ollamars_bin;
+use ollamars_tests::registry::Registry;
 use ollamars_tests::{models, Daemon};
 
 /// `ollamars ARGS` with `OLLAMARS_HOST=host` (nothing else of the test's `OLLAMARS_*`) and
 /// `stdin` piped in; stdout and stderr are not terminals, so output is plain.
 fn cli_at(host: &str, args: &[&str], stdin: &str) -> Output {
+    cli_env(host, args, stdin, &[])
+}
+
+/// As [`cli_at`], with more environment variables.
+fn cli_env(host: &str, args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(ollamars_bin());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("OLLAMARS_") {
             cmd.env_remove(k);
         }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
     }
     let mut child = cmd
         .args(args)
@@ -87,7 +97,7 @@ fn create_list_show_cp_rm_against_a_live_daemon() {
     let modelfile = write_modelfile(
         d.temp_dir(),
         &models::tiny_llama(),
-        "PARAMETER temperature 0.25\nPARAMETER num_predict 4\nSYSTEM \"\"\"You are terse.\"\"\"\nLICENSE \"\"\"Tiny License 1.0\"\"\"\n",
+        "PARAMETER temperature 0.25\nPARAMETER num_predict 4\nSYSTEM \"\"\"You are terse.\"\"\"\nLICENSE \"\"\"Tiny License 1.0\"\"\"\nTEMPLATE \"\"\"{{ .System }} USER: {{ .Prompt }} ASSISTANT:\"\"\"\n",
     );
     let out = cli(&d, &["create", "tiny", "-f", &modelfile]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -140,6 +150,16 @@ fn create_list_show_cp_rm_against_a_live_daemon() {
     let mf = ok(cli(&d, &["show", "tiny", "--modelfile"]));
     assert!(mf.lines().any(|l| l.starts_with("FROM ")), "{mf}");
     assert!(mf.contains("PARAMETER temperature 0.25"), "{mf}");
+    assert_eq!(
+        ok(cli(&d, &["show", "tiny", "--template"])),
+        "{{ .System }} USER: {{ .Prompt }} ASSISTANT:"
+    );
+    let verbose = ok(cli(&d, &["show", "-v", "tiny"]));
+    assert!(verbose.contains("  Metadata\n"), "{verbose}");
+    assert!(verbose.contains("    general.architecture"), "{verbose}");
+    assert!(verbose.contains("  Tensors\n"), "{verbose}");
+    assert!(verbose.contains("    token_embd.weight"), "{verbose}");
+    assert!(!show.contains("  Tensors\n"), "{show}");
     let both = cli(&d, &["show", "tiny", "--system", "--license"]);
     assert_eq!(both.status.code(), Some(2), "clap refuses two parts");
 
@@ -249,6 +269,7 @@ fn a_stopped_daemon_is_one_clear_line() {
         &["show", "m"],
         &["run", "m", "hi"],
         &["pull", "m"],
+        &["push", "h.example/n/m"],
         &["rm", "m"],
         &["cp", "a", "b"],
         &["stop", "m"],
@@ -323,4 +344,151 @@ fn clients_reach_a_daemon_on_a_unix_socket() {
     ok(cli_at(&host, &["create", "tiny", "-f", &modelfile], ""));
     assert!(ok(cli_at(&host, &["list"], "")).contains("tiny:latest"));
     drop(serve);
+}
+
+#[test]
+fn create_quantizes_with_q() {
+    let d = Daemon::start();
+    let f16 = models::tiny("tiny-llama-spm-e64-f16.gguf");
+    let modelfile = write_modelfile(d.temp_dir(), &f16, "");
+    let out = cli(&d, &["create", "tinyq", "-f", &modelfile, "-q", "q4_0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).lines().any(|l| l.contains("quantizing")),
+        "{}",
+        stderr(&out)
+    );
+    let show = ok(cli(&d, &["show", "tinyq"]));
+    assert!(show.contains("    quantization        Q4_0"), "{show}");
+    let out = cli(&d, &["create", "tinybad", "-f", &modelfile, "-q", "q9_9"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+/// Lines of plain progress (not a terminal): no cursor movements, the last one `success`.
+#[track_caller]
+fn plain_progress(out: &Output) -> Vec<String> {
+    let err = stderr(out);
+    assert!(
+        !err.contains('\x1b'),
+        "escape sequences in plain progress:\n{err}"
+    );
+    let lines: Vec<String> = err.lines().map(String::from).collect();
+    assert_eq!(lines.last().map(String::as_str), Some("success"), "{err}");
+    lines
+}
+
+#[test]
+fn push_pull_and_run_pull_through_a_registry() {
+    let reg = Registry::start();
+    let d = Daemon::start();
+    d.create_model_with(
+        "tiny",
+        &models::tiny_llama(),
+        serde_json::json!({"parameters": {"num_predict": 3, "seed": 1}}),
+    );
+    let name = format!("{}/library/tiny:latest", reg.host());
+    ok(cli(&d, &["cp", "tiny", &name]));
+
+    let out = cli(&d, &["push", "--insecure", &name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = plain_progress(&out);
+    assert_eq!(lines[0], "retrieving manifest", "{lines:?}");
+    assert!(lines.iter().any(|l| l == "pushing manifest"), "{lines:?}");
+    assert!(
+        stdout(&out).contains(&format!("You can find your model at:\n\n\t{name}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // rm takes several names; then the store has none.
+    assert_eq!(
+        ok(cli(&d, &["rm", &name, "tiny"])),
+        format!("deleted '{name}'\ndeleted 'tiny'\n")
+    );
+    assert_eq!(ok(cli(&d, &["list"])).lines().count(), 1);
+
+    let out = cli(&d, &["pull", "--insecure", &name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = plain_progress(&out);
+    assert_eq!(lines[0], "pulling manifest", "{lines:?}");
+    // The model blob gets a line per tenth at most, the last one at 100% with its size.
+    let size = std::fs::metadata(models::tiny_llama()).unwrap().len();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("pulling ") && l.contains(": 100% (")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.len() < 40,
+        "too many progress lines for a {size} byte model: {lines:?}"
+    );
+    for status in ["verifying sha256 digest", "writing manifest"] {
+        assert!(lines.iter().any(|l| l == status), "{status} missing: {lines:?}");
+    }
+    assert!(ok(cli(&d, &["list"])).contains(&name));
+
+    // run pulls a model the store does not have, then answers.
+    ok(cli(&d, &["rm", &name]));
+    let out = cli(&d, &["run", "--insecure", &name, "hello"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).lines().next() == Some("pulling manifest"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).trim().is_empty(), "no answer");
+
+    // A name the registry does not have: one line, exit 1.
+    let missing = format!("{}/library/nosuch:latest", reg.host());
+    let out = cli(&d, &["pull", "--insecure", &missing]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let last = stderr(&out).lines().last().unwrap_or("").to_string();
+    assert!(last.starts_with("Error: "), "{}", stderr(&out));
+}
+
+#[test]
+fn run_starts_a_daemon_when_asked() {
+    // A store with a model, and no daemon on its port any more.
+    let mut d = Daemon::start();
+    d.create_model_with(
+        "tiny",
+        &models::tiny_llama(),
+        serde_json::json!({"parameters": {"num_predict": 3}}),
+    );
+    d.terminate(Duration::from_secs(30)).expect("the daemon stops");
+    let host = d.host();
+    let home = tempfile::tempdir().unwrap();
+    let env = [("HOME", home.path()), ("OLLAMARS_MODELS", d.models_dir())];
+    // Without the flag: the one-line error.
+    let err = fails_with_one_line(cli_env(&host, &["run", "tiny", "hi"], "", &env));
+    assert!(err.contains("is the daemon running?"), "{err}");
+
+    let out = cli_env(&host, &["run", "--start-daemon", "tiny", "hi"], "", &env);
+    // The daemon runs on in its own process group: find it to stop it whatever happens next.
+    let pid = stderr(&out)
+        .split("(pid ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|p| p.parse::<u32>().ok());
+    struct KillOnDrop(Option<u32>);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    }
+    let _daemon = KillOnDrop(pid);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(pid.is_some(), "{}", stderr(&out));
+    assert!(!stdout(&out).trim().is_empty(), "no answer");
+    let log = home.path().join(".local/share/ollamars/serve.log");
+    assert!(log.exists(), "no daemon log at {}", log.display());
+    // It is still there for the next command, which needs no flag.
+    assert!(ok(cli_env(&host, &["list"], "", &env)).contains("tiny:latest"));
+    // A second --start-daemon finds it and starts nothing.
+    let out = cli_env(&host, &["run", "--start-daemon", "tiny", "hi"], "", &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("Started"), "{}", stderr(&out));
 }

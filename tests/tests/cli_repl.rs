@@ -1,8 +1,9 @@
 //! The interactive chat of `ollamars run MODEL`, driven through a pseudo-terminal as a user
 //! types it, against a live daemon: `/set parameter`, a streamed answer with `--verbose` stats,
 //! Ctrl-C in the middle of an answer (the chat stays), a `"""` multi-line message, `/show`,
-//! `/save`, `/bye`; and with a tiny model `/set system`, Ctrl-C on an empty line, the history
-//! file and Ctrl-D.
+//! `/save`, `/bye`; and with a tiny model `/set system`, Ctrl-C on an empty line, the other
+//! `/` commands (`/?`, `/show`, `/set verbose|quiet|format`, `/clear`, `/load`), the history file
+//! and Ctrl-D.
 //!
 //! Nothing here depends on timing: every step waits (with a generous bound, for a loaded
 //! 2-core machine) for what the terminal shows, and input is typed only at a prompt.
@@ -368,6 +369,33 @@ fn system_message_history_and_ctrl_d() {
     repl.expect("... ");
     repl.enter(r#"in French.""""#);
     repl.prompt();
+
+    // The other commands, each with what it shows.
+    d.create_model("tiny2", &models::tiny_llama());
+    for (line, shown) in [
+        ("/?", "Available Commands:"),
+        ("/? set", "/set parameter ...     Set a parameter"),
+        ("/show info", "architecture        llama"),
+        ("/show modelfile", "FROM "),
+        ("/show license", "No license was specified for this model."),
+        ("/set verbose", "Set 'verbose' mode."),
+        ("hello", "eval count:"),
+        ("/set format json", "Set format to 'json' mode."),
+        ("hello again", "eval count:"),
+        ("/set noformat", "Disabled format."),
+        ("/set quiet", "Set 'quiet' mode."),
+        ("/clear", "Cleared session context"),
+        ("/load nosuch", "Couldn't find model 'nosuch'"),
+        ("/load tiny2", "Loading model 'tiny2'"),
+    ] {
+        repl.enter(line);
+        repl.expect(shown);
+        repl.prompt();
+    }
+    // After /set quiet and /load, an answer comes without the stats.
+    repl.enter("bye now");
+    let answer = repl.prompt();
+    assert!(!answer.contains("eval count:"), "{answer}");
 
     repl.enter("/show nonsense");
     repl.expect("Unknown command '/show nonsense'");
