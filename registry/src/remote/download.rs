@@ -262,7 +262,7 @@ async fn download(
 
     // At most 32 + 32 batches (64 MiB) between the connections and the hasher.
     let (tx, rx) = mpsc::channel::<WriteMsg>(32);
-    let (hash_tx, hash_rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(32);
+    let (hash_tx, hash_rx) = std::sync::mpsc::sync_channel::<(u64, Batch)>(32);
     let clone = || {
         file.try_clone()
             .map_err(|e| Error::io("opening a partial download", e))
@@ -377,7 +377,34 @@ async fn run_workers(
 struct WriteMsg {
     chunk: usize,
     offset: u64,
-    data: Bytes,
+    data: Batch,
+}
+
+/// Consecutive pieces of a response body, as the connection delivered them: batching them
+/// costs no copy (the writer and the hasher take the pieces one by one).
+#[derive(Default)]
+struct Batch {
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl Batch {
+    fn push(&mut self, piece: Bytes) {
+        self.len += piece.len();
+        self.pieces.push(piece);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.pieces.iter().map(|p| &p[..])
+    }
 }
 
 /// Out-of-order bytes the hasher keeps in memory, at most; beyond it they are read back from disk
@@ -392,7 +419,7 @@ fn write_loop(
     state_path: std::path::PathBuf,
     mut rx: mpsc::Receiver<WriteMsg>,
     counter: Arc<AtomicU64>,
-    hash_tx: std::sync::mpsc::SyncSender<(u64, Bytes)>,
+    hash_tx: std::sync::mpsc::SyncSender<(u64, Batch)>,
 ) -> Result<PartialState> {
     let mut last_save = Instant::now();
     let result = (|| -> Result<()> {
@@ -405,8 +432,11 @@ fn write_loop(
                     io::Error::other("out-of-order data for a chunk"),
                 ));
             }
-            write_at(&file, &msg.data, msg.offset)
-                .map_err(|e| Error::io("writing a download to blobs/", e))?;
+            let mut at = msg.offset;
+            for piece in msg.data.pieces() {
+                write_at(&file, piece, at).map_err(|e| Error::io("writing a download to blobs/", e))?;
+                at += piece.len() as u64;
+            }
             c.done += len;
             counter.fetch_add(len, Ordering::Relaxed);
             // The hasher only stops early if it failed, and then the download fails anyway.
@@ -430,7 +460,7 @@ fn write_loop(
 
 /// Bytes the hasher has been told about but cannot hash yet.
 enum Pending {
-    InMemory(Bytes),
+    InMemory(Batch),
     OnDisk(u64),
 }
 
@@ -440,7 +470,7 @@ enum Pending {
 fn hash_loop(
     file: File,
     resumed: Vec<crate::store::partial::Chunk>,
-    rx: std::sync::mpsc::Receiver<(u64, Bytes)>,
+    rx: std::sync::mpsc::Receiver<(u64, Batch)>,
 ) -> Result<Hasher> {
     let mut hasher = Hasher::new();
     let mut pending: std::collections::BTreeMap<u64, Pending> = resumed
@@ -458,7 +488,7 @@ fn hash_loop(
             match p {
                 Pending::InMemory(data) => {
                     *buffered -= data.len() as u64;
-                    hasher.update(&data);
+                    data.pieces().for_each(|p| hasher.update(p));
                 }
                 Pending::OnDisk(len) => {
                     let mut at = hasher.len();
@@ -479,7 +509,7 @@ fn hash_loop(
     for (offset, data) in rx {
         let len = data.len() as u64;
         if offset == hasher.len() {
-            hasher.update(&data);
+            data.pieces().for_each(|p| hasher.update(p));
         } else if buffered + len <= HASH_BUFFER {
             buffered += len;
             pending.insert(offset, Pending::InMemory(data));
@@ -790,9 +820,9 @@ impl Fetcher<'_> {
                 }
             }
         }
-        // The body arrives in pieces of a few KiB; they go to the writer in batches of
-        // `WRITE_BATCH`, so the threads downstream wake once per batch, not once per piece.
-        let mut batch = bytes::BytesMut::new();
+        // The body arrives in pieces of a few KiB to a few hundred; they go to the writer in
+        // batches of `WRITE_BATCH`, so the threads downstream wake once per batch, not per piece.
+        let mut batch = Batch::default();
         let outcome = loop {
             let next = tokio::time::timeout(self.opts.stall_timeout, resp.chunk()).await;
             let data = match next {
@@ -807,13 +837,9 @@ impl Fetcher<'_> {
             } else {
                 data
             };
-            if batch.is_empty() && data.len() >= WRITE_BATCH {
-                send(tx, chunk, pos, data).await?;
-            } else {
-                batch.extend_from_slice(&data);
-                if batch.len() >= WRITE_BATCH {
-                    send(tx, chunk, pos, batch.split().freeze()).await?;
-                }
+            batch.push(data);
+            if batch.len() >= WRITE_BATCH {
+                send(tx, chunk, pos, std::mem::take(&mut batch)).await?;
             }
             if *pos + batch.len() as u64 == end {
                 break Ok(());
@@ -821,7 +847,7 @@ impl Fetcher<'_> {
         };
         // What arrived before a failure is kept: the retry asks only for the rest.
         if !batch.is_empty() {
-            send(tx, chunk, pos, batch.freeze()).await?;
+            send(tx, chunk, pos, batch).await?;
         }
         outcome?;
         if *pos < end {
@@ -842,7 +868,7 @@ async fn send(
     tx: &mpsc::Sender<WriteMsg>,
     chunk: usize,
     pos: &mut u64,
-    data: Bytes,
+    data: Batch,
 ) -> std::result::Result<(), Attempt> {
     let len = data.len() as u64;
     tx.send(WriteMsg {

@@ -40,7 +40,8 @@ fn registry_binary() -> PathBuf {
 pub struct RegistryServer {
     child: Child,
     pub port: u16,
-    pub dir: tempfile::TempDir,
+    /// The registry's config and storage, removed on drop.
+    _dir: tempfile::TempDir,
     _token: Option<TokenServer>,
 }
 
@@ -51,8 +52,17 @@ impl RegistryServer {
 
     /// With `token_auth`, every request needs a bearer token from a token server started here.
     pub fn start_with(token_auth: bool) -> RegistryServer {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        Self::start_in(&std::env::temp_dir(), token_auth)
+    }
+
+    /// A registry whose storage and config live in a new temp dir under `parent`.
+    ///
+    /// `free_port` only finds a port that was free a moment ago: before the registry binds it,
+    /// another test's server or an outgoing connection may take it. So each registry answers
+    /// with a header of its own, ready means that *this* registry answered, and one that could
+    /// not bind its port is started again on another.
+    pub fn start_in(parent: &Path, token_auth: bool) -> RegistryServer {
+        let dir = tempfile::tempdir_in(parent).unwrap();
         let token = token_auth.then(|| TokenServer::start(dir.path()));
         let auth = match &token {
             Some(t) => format!(
@@ -62,40 +72,52 @@ impl RegistryServer {
             ),
             None => String::new(),
         };
-        let config = format!(
-            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
-            dir.path().join("data").display()
-        );
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new(registry_binary())
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting docker-registry");
-        let server = RegistryServer {
-            child,
-            port,
-            dir,
-            _token: token,
-        };
-        server.wait_ready();
-        server
+        let marker = format!("{:016x}", rand_u64());
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = free_port();
+            let config = format!(
+                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  headers:\n    X-Test-Registry: [\"{marker}\"]\n{auth}",
+                dir.path().join("data").display()
+            );
+            let config_path = dir.path().join("config.yml");
+            std::fs::write(&config_path, config).unwrap();
+            let log_path = dir.path().join("registry.log");
+            let log = std::fs::File::create(&log_path).unwrap();
+            let mut child = Command::new(registry_binary())
+                .arg("serve")
+                .arg(&config_path)
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("starting docker-registry");
+            match wait_ready(&mut child, port, &marker) {
+                Ok(()) => {
+                    return RegistryServer {
+                        child,
+                        port,
+                        _dir: dir,
+                        _token: token,
+                    }
+                }
+                Err(why) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    assert!(
+                        attempt < 5,
+                        "docker-registry did not start on port {port}: {why}\n{log}"
+                    );
+                    eprintln!("docker-registry did not start on port {port} ({why}); trying another port");
+                }
+            }
+        }
     }
 
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
-        panic!("docker-registry did not start on port {}:\n{log}", self.port);
+    /// The registry's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Tokens the token server has issued (0 without token auth).
@@ -108,6 +130,34 @@ impl RegistryServer {
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+}
+
+/// Waits until the registry `child` answers on `port` with its `marker` header. An error if it
+/// exits (say, its port was taken), if another server answers there, or after a minute.
+fn wait_ready(child: &mut Child, port: u16, marker: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Err(format!("it exited ({status})"));
+        }
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut resp = Vec::new();
+            let answered = s
+                .write_all(b"GET /v2/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                .and_then(|()| s.read_to_end(&mut resp));
+            let head = String::from_utf8_lossy(&resp).to_ascii_lowercase();
+            if head.contains(&format!("x-test-registry: {marker}")) {
+                return Ok(());
+            }
+            if answered.is_ok() && head.starts_with("http/") {
+                return Err("another server answers on its port".into());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("no answer within a minute".into())
 }
 
 impl Drop for RegistryServer {
@@ -159,7 +209,10 @@ impl TokenServer {
             .unwrap()
             .stdout;
         let x5c = b64(&der, false);
-        let port = free_port();
+        // Bound here, on a port the kernel picks, so no other server can take it meanwhile.
+        let listener = StdListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
         let issued = Arc::new(AtomicU64::new(0));
         let issued2 = issued.clone();
         let app = axum::Router::new().route(
@@ -189,7 +242,7 @@ impl TokenServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+                let listener = TcpListener::from_std(listener).unwrap();
                 ready_tx.send(()).unwrap();
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async {
@@ -592,4 +645,30 @@ pub fn tree(dir: &Path) -> Vec<String> {
     walk(dir, dir, &mut out);
     out.sort();
     out
+}
+
+/// The harness itself: a registry is only ready when *it* answers on its port.
+#[test]
+fn wait_ready_tells_our_registry_from_another_server_on_its_port() {
+    use std::io::{Read, Write};
+    let listener = StdListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let foreign = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = [0u8; 1024];
+        let _ = s.read(&mut req).unwrap();
+        s.write_all(b"HTTP/1.0 200 OK\r\nX-Test-Registry: someone-else\r\n\r\n{}")
+            .unwrap();
+    });
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let got = wait_ready(&mut child, port, "ours");
+    let _ = child.kill();
+    let _ = child.wait();
+    foreign.join().unwrap();
+    assert_eq!(got, Err("another server answers on its port".to_string()));
+
+    // A registry that exits (its port was taken) is not waited for.
+    let mut child = Command::new("true").spawn().unwrap();
+    let got = wait_ready(&mut child, free_port(), "ours");
+    assert!(got.unwrap_err().contains("exited"));
 }
