@@ -28,7 +28,8 @@ pub fn requested(format: Option<&Value>) -> ApiResult<Option<Value>> {
     }
 }
 
-/// The grammar for a format [`requested`] accepted: Ollama's JSON-object grammar for `"json"`,
+/// The grammar for a format [`requested`] accepted: any JSON object for `"json"` (whitespace
+/// bounded as llama.cpp bounds it),
 /// llama.cpp's conversion of the schema otherwise.
 pub fn grammar(format: &Value) -> ApiResult<Grammar> {
     match format {

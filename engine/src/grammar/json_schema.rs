@@ -25,31 +25,24 @@ use serde_json::{Map, Value};
 
 use super::GrammarError;
 
-/// Ollama's `format: "json"` grammar (`llm/llama_server.go: grammarJSON`): a JSON object, with
-/// Ollama's unbounded whitespace. Two changes keep every output readable by common JSON parsers
-/// (serde_json among them): integers of at most 16 digits and exponents of at most 2 (so every
-/// number fits an f64), and no `\u` escapes of lone surrogates.
-pub const OLLAMA_JSON_GRAMMAR: &str = r#"
+/// The grammar of `format: "json"`: a JSON object. Ollama's `grammarJSON` (`llm/server.go`)
+/// lets whitespace run on without limit (`ws ::= ([ \t\n] ws)?`), and small models then fill
+/// the token budget with blank lines, a long-standing complaint of Ollama users. Whitespace here
+/// is bounded as in llama.cpp's `grammars/json.gbnf`: at most one space, or one newline and up
+/// to 20 spaces or tabs of indentation, between two tokens of JSON. As in Ollama's grammar, the
+/// output ends at the object's closing brace. Two more limits keep every output readable by
+/// common JSON parsers (serde_json among them): integers of at most 16 digits and exponents of
+/// at most 2 (every number fits an f64), and no `\u` escapes of surrogates.
+pub const JSON_OBJECT_GRAMMAR: &str = r#"
 root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::=
-  "{" ws (
-         string ":" ws value
-    ("," ws string ":" ws value)*
-  )? ws "}"
-array  ::=
-  "[" ws (
-            value
-    ("," ws value)*
-  )? ws "]"
-string ::=
-  "\"" (
-    [^"\\\x7F\x00-\x1F] |
-    "\\" (["\\/bfnrt] | "u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2})) # escapes
-  )* "\""
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9]{1,2})?
-# Optional space: by convention, applied in this grammar after literal chars when allowed
-ws ::= ([ \t\n] ws)?
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( "," ws member )* )? "}"
+member ::= string ws ":" ws value ws
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" escape )* "\""
+escape ::= ["\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} )
+number ::= "-"? ( [0-9] | [1-9] [0-9]{0,15} ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]{1,2} )?
+ws     ::= | " " | "\n" [ \t]{0,20}
 "#;
 
 const SPACE_RULE: &str = r#"| " " | "\n"{1,2} [ \t]{0,20}"#;

@@ -176,9 +176,10 @@ impl Grammar {
         parse::parse(text)
     }
 
-    /// Ollama's grammar for `format: "json"` (`llm/llama_server.go: grammarJSON`): a JSON object.
+    /// The grammar of `format: "json"`: a JSON object, with whitespace bounded as in llama.cpp's
+    /// `json.gbnf` (see [`json_schema::JSON_OBJECT_GRAMMAR`]).
     pub fn json() -> Grammar {
-        Grammar::parse(json_schema::OLLAMA_JSON_GRAMMAR).expect("the built-in JSON grammar parses")
+        Grammar::parse(json_schema::JSON_OBJECT_GRAMMAR).expect("the built-in JSON grammar parses")
     }
 
     /// The grammar llama.cpp's `json_schema_to_grammar` makes for this schema.

@@ -544,15 +544,23 @@ fn special_tokens_never_match_text() {
 }
 
 #[test]
-fn ollama_json_grammar_accepts_objects_only() {
+fn json_format_grammar_accepts_objects_with_bounded_whitespace() {
     let g = Grammar::json();
     assert!(accepts(
         &g,
         r#"{"a": [1, 2.5e-3, {"b": null}], "c": "x\u00e9\"", "d": true}"#
     ));
     assert!(accepts(&g, "{ }"));
-    assert!(accepts(&g, "{\n\t\"a\": 1}"));
-    assert!(!accepts(&g, "{\"a\" : 1}")); // no space before the colon in Ollama's grammar
+    assert!(accepts(&g, "{\n\t\"a\": 1\n}"));
+    assert!(accepts(&g, "{\"a\" : 1 , \"b\" : [ 2 , 3 ] }"));
+    assert!(!accepts(&g, "{\"a\": 1} ")); // the output ends at the closing brace
+                                          // Whitespace is bounded as in llama.cpp's json.gbnf: one space, or one newline and at most
+                                          // 20 spaces or tabs; never blank lines or runs of spaces.
+    let indent = |n: usize| format!("{{\n{}\"a\": 1}}", " ".repeat(n));
+    assert!(accepts(&g, &indent(20)));
+    assert!(!accepts(&g, &indent(21)));
+    assert!(!accepts(&g, "{\n\n\"a\": 1}"));
+    assert!(!accepts(&g, "{\"a\":  1}"));
     assert!(!accepts(&g, "[1]"));
     assert!(!accepts(&g, "\"a\""));
     assert!(!accepts(&g, "{\"a\":01}x"));
