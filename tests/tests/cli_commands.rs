@@ -340,9 +340,22 @@ fn clients_reach_a_daemon_on_a_unix_socket() {
         columns(list.lines().next().unwrap()),
         ["NAME", "ID", "SIZE", "MODIFIED"]
     );
-    let modelfile = write_modelfile(dir.path(), &models::tiny_llama(), "");
+    let modelfile = write_modelfile(dir.path(), &models::tiny_llama(), "PARAMETER num_predict 3\n");
     ok(cli_at(&host, &["create", "tiny", "-f", &modelfile], ""));
     assert!(ok(cli_at(&host, &["list"], "")).contains("tiny:latest"));
+    // Every other client command goes over the socket too.
+    assert!(ok(cli_at(&host, &["show", "tiny"], "")).contains("  Model\n"));
+    ok(cli_at(&host, &["cp", "tiny", "tiny2"], ""));
+    let answer = ok(cli_at(&host, &["run", "tiny2", "--verbose"], "hello"));
+    assert!(!answer.trim().is_empty(), "no answer");
+    assert!(ok(cli_at(&host, &["ps"], "")).contains("tiny2:latest"));
+    ok(cli_at(&host, &["stop", "tiny2"], ""));
+    assert_eq!(ok(cli_at(&host, &["rm", "tiny2"], "")), "deleted 'tiny2'\n");
+    // pull and push reach the daemon too: it refuses an invalid name (no network needed).
+    for args in [&["pull", "../etc/passwd"][..], &["push", "../etc/passwd"]] {
+        let err = fails_with_one_line(cli_at(&host, args, ""));
+        assert!(err.contains("invalid model name"), "{args:?}: {err}");
+    }
     drop(serve);
 }
 

@@ -5,6 +5,8 @@
 //! `/` commands (`/?`, `/show`, `/set verbose|quiet|format`, `/clear`, `/load`), the history file
 //! and Ctrl-D.
 //!
+//! `pull` on a terminal shows a bar per layer.
+//!
 //! Nothing here depends on timing: every step waits (with a generous bound, for a loaded
 //! 2-core machine) for what the terminal shows, and input is typed only at a prompt.
 
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant};
 use portable_pty::{native_pty_system, Child, CommandBuilder, PtySize};
 use serde_json::{json, Value};
 
-use ollamars_tests::daemon::ollamars_bin;
+use ollamars_tests::daemon::{ollamars_bin, sha256_file};
+use ollamars_tests::registry::Registry;
 use ollamars_tests::{models, Daemon};
 
 /// How long one step (a load, an answer of 64 tokens of a real model) may take.
@@ -34,8 +37,8 @@ struct Repl {
 }
 
 impl Repl {
-    /// Starts `ollamars run args…` against `daemon`, with `home` as HOME (history file) and no
-    /// other `OLLAMARS_*` setting.
+    /// Starts `ollamars args…` (`run MODEL`, `pull …`) against `daemon`, with `home` as HOME
+    /// (history file) and no other `OLLAMARS_*` setting.
     fn start(daemon: &Daemon, home: &Path, args: &[&str]) -> Repl {
         let pair = native_pty_system()
             .openpty(PtySize {
@@ -46,7 +49,6 @@ impl Repl {
             })
             .expect("a pseudo-terminal");
         let mut cmd = CommandBuilder::new(ollamars_bin());
-        cmd.arg("run");
         cmd.args(args);
         cmd.env_clear();
         cmd.env("HOME", home);
@@ -54,7 +56,7 @@ impl Repl {
         cmd.env("LANG", "C.UTF-8");
         cmd.env("OLLAMARS_HOST", daemon.host());
         cmd.env("NO_PROXY", "127.0.0.1,localhost");
-        let child = pair.slave.spawn_command(cmd).expect("starting ollamars run");
+        let child = pair.slave.spawn_command(cmd).expect("starting ollamars");
         drop(pair.slave);
         let mut reader = pair.master.try_clone_reader().expect("the terminal's output");
         let input = pair.master.take_writer().expect("the terminal's input");
@@ -232,7 +234,7 @@ fn chat_with_a_real_model_through_a_terminal() {
     let d = Daemon::start();
     d.create_model("gemma", &models::gemma());
     let home = tempfile::tempdir().unwrap();
-    let mut repl = Repl::start(&d, home.path(), &["gemma", "--verbose"]);
+    let mut repl = Repl::start(&d, home.path(), &["run", "gemma", "--verbose"]);
     repl.prompt();
 
     for (line, shown) in [
@@ -343,7 +345,7 @@ fn system_message_history_and_ctrl_d() {
     let d = Daemon::start();
     d.create_model("tiny", &models::tiny_llama());
     let home = tempfile::tempdir().unwrap();
-    let mut repl = Repl::start(&d, home.path(), &["tiny"]);
+    let mut repl = Repl::start(&d, home.path(), &["run", "tiny"]);
     repl.prompt();
 
     repl.enter("/set system You are terse.");
@@ -422,4 +424,49 @@ fn system_message_history_and_ctrl_d() {
         .filter(|l| entered.contains(l) || l.contains("half"))
         .collect();
     assert_eq!(lines, entered, "{history}");
+}
+
+#[test]
+fn pull_shows_a_bar_per_layer_on_a_terminal() {
+    let reg = Registry::start();
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    let name = format!("{}/library/tiny:latest", reg.host());
+    let copied = d.post("/api/copy", &json!({"source": "tiny", "destination": name}));
+    assert_eq!(copied.status(), 200);
+    let pushed = d.post_ok(
+        "/api/push",
+        &json!({"model": name, "insecure": true, "stream": false}),
+    );
+    assert_eq!(pushed["status"], "success", "{pushed}");
+    for model in ["tiny", name.as_str()] {
+        let r = d
+            .client()
+            .delete(d.url("/api/delete"))
+            .json(&json!({ "model": model }))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+
+    let home = tempfile::tempdir().unwrap();
+    let mut pull = Repl::start(&d, home.path(), &["pull", "--insecure", &name]);
+    pull.expect("pulling manifest");
+    // The model layer's bar: its short digest, the percentage, the bar, the size.
+    let digest = sha256_file(&models::tiny_llama());
+    let short = &digest["sha256:".len().."sha256:".len() + 12];
+    pull.expect(&format!("pulling {short}: 100% \u{2595}"));
+    let rest = pull.expect("\u{258f} ");
+    assert!(rest.contains('\u{2588}'), "no filled bar: {rest:?}");
+    pull.expect("verifying sha256 digest");
+    pull.expect("writing manifest");
+    pull.expect("success");
+    let status = pull.exit_status();
+    assert!(
+        status.success(),
+        "pull exited with {status:?}:\n{}",
+        pull.screen()
+    );
+    let tags = d.get("/api/tags").text().unwrap();
+    assert!(tags.contains(&name), "{tags}");
 }
