@@ -9,6 +9,7 @@ use crate::model::forward::Ubatch;
 use crate::model::{Model, Pooling};
 use crate::ops::norm::l2_normalize;
 use crate::ops::rope::Rope;
+use crate::threads::ThreadPool;
 use crate::{Error, Result};
 
 /// How a context is set up.
@@ -54,7 +55,7 @@ pub struct Context {
     params: ContextParams,
     kv: KvCache,
     ropes: Vec<Rope>,
-    pool: rayon::ThreadPool,
+    pool: ThreadPool,
     /// For each token of the last decoded batch, the row of `logits` holding its logits.
     output_row: Vec<Option<usize>>,
     logits: Vec<f32>,
@@ -97,10 +98,7 @@ impl Context {
             params.kv_type,
         )?;
         let ropes = model.layer_ropes(params.n_ctx / params.n_seq_max);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(params.n_threads)
-            .thread_name(|i| format!("ollamars-engine-{i}"))
-            .build()
+        let pool = ThreadPool::new(params.n_threads)
             .map_err(|e| Error::InvalidArgument(format!("cannot start worker threads: {e}")))?;
         Ok(Context {
             embeddings: vec![None; params.n_seq_max as usize],

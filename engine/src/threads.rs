@@ -6,7 +6,10 @@
 //! starts at once) and only then park on a condition variable; the calling thread takes part as
 //! thread 0; work inside a step is handed out in chunks through an atomic counter (threads that
 //! finish early take more, so a thread the OS preempts does not hold the others up); a spinning
-//! barrier separates the phases of a step that depend on each other.
+//! barrier separates the phases of a step that depend on each other. Chunk-only steps
+//! ([`ThreadPool::for_each_chunk`]) are elastic: workers join them through a gate that the caller
+//! closes once its own chunks run out, so a worker the OS has not scheduled (a busy machine)
+//! costs nothing instead of a time slice per step.
 //!
 //! A pool is made current for a closure with [`ThreadPool::install`]; the ops find it with
 //! [`current`]. Steps started from inside a step run on the calling thread alone.
@@ -23,6 +26,8 @@ use std::time::{Duration, Instant};
 const DEFAULT_SPIN: Duration = Duration::from_micros(2000);
 /// Independent work counters per step (one per phase that hands out chunks).
 const COUNTERS: usize = 8;
+/// The bit of `Shared::gate` that closes an elastic step to late workers.
+const CLOSED: usize = 1 << (usize::BITS - 1);
 
 type Job = dyn Fn(&Worker) + Sync;
 
@@ -32,13 +37,20 @@ struct Padded<T>(T);
 struct Shared {
     n_threads: usize,
     spin: Duration,
-    /// Bumped once per step; workers wait for it to change.
+    /// Changed once per step (by 2, the low bit telling whether the step is elastic); workers
+    /// wait for it to change.
     epoch: Padded<AtomicUsize>,
     /// The step's job, valid while the step runs (its lifetime is erased; `run` waits for every
     /// worker before the borrow ends).
     job: UnsafeCell<Option<*const Job>>,
-    /// Workers that have not finished the current step.
+    /// Workers that have not finished the current step (steps that need every thread).
     remaining: Padded<AtomicUsize>,
+    /// Elastic steps (any subset of the workers may take part: work handed out in chunks only, so
+    /// the caller need not wait for a worker the OS has not scheduled) steps: workers that joined (low bits) and whether the step is closed to more
+    /// ([`CLOSED`]); non-elastic steps keep it closed.
+    gate: Padded<AtomicUsize>,
+    /// Elastic steps: joined workers that have finished.
+    finished: Padded<AtomicUsize>,
     counters: [Padded<AtomicUsize>; COUNTERS],
     barrier: Barrier,
     panicked: AtomicBool,
@@ -98,6 +110,8 @@ impl ThreadPool {
             epoch: Padded(AtomicUsize::new(0)),
             job: UnsafeCell::new(None),
             remaining: Padded(AtomicUsize::new(0)),
+            gate: Padded(AtomicUsize::new(CLOSED)),
+            finished: Padded(AtomicUsize::new(0)),
             counters: std::array::from_fn(|_| Padded(AtomicUsize::new(0))),
             barrier: Barrier::new(n),
             panicked: AtomicBool::new(false),
@@ -132,6 +146,14 @@ impl ThreadPool {
     /// Runs `f` on every thread of the pool at once and returns when all have finished.
     /// A panic in any thread is re-raised here after all threads are done.
     pub fn run<F: Fn(&Worker) + Sync>(&self, f: F) {
+        self.run_step(f, false)
+    }
+
+    /// Runs a step; an elastic one (`f` only takes chunks, never barriers or static shares) does
+    /// not wait for workers that have not started it: on a loaded machine a descheduled worker
+    /// would otherwise stall every step for a whole time slice, while here the threads that
+    /// are running take all the chunks.
+    fn run_step<F: Fn(&Worker) + Sync>(&self, f: F, elastic: bool) {
         let s = &*self.shared;
         if s.n_threads == 1 || IN_STEP.with(|c| c.get()) {
             f(&Worker {
@@ -155,8 +177,17 @@ impl ThreadPool {
             c.0.store(0, Ordering::Relaxed);
         }
         s.panicked.store(false, Ordering::Relaxed);
-        s.remaining.0.store(s.n_threads - 1, Ordering::Relaxed);
-        s.epoch.0.fetch_add(1, Ordering::SeqCst);
+        s.remaining
+            .0
+            .store(if elastic { 0 } else { s.n_threads - 1 }, Ordering::Relaxed);
+        s.finished.0.store(0, Ordering::Relaxed);
+        s.gate
+            .0
+            .store(if elastic { 0 } else { CLOSED }, Ordering::Release);
+        let e = s.epoch.0.load(Ordering::Relaxed);
+        s.epoch
+            .0
+            .store((e & !1) + 2 + usize::from(elastic), Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -166,6 +197,11 @@ impl ThreadPool {
             fn drop(&mut self) {
                 let mut spins = 0u32;
                 while self.0.remaining.0.load(Ordering::Acquire) != 0 {
+                    spin_or_yield(&mut spins);
+                }
+                // Elastic: no worker joins from now on; wait for those that did.
+                let joined = self.0.gate.0.fetch_or(CLOSED, Ordering::AcqRel) & !CLOSED;
+                while self.0.finished.0.load(Ordering::Acquire) != joined {
                     spin_or_yield(&mut spins);
                 }
                 // SAFETY: no worker reads the job any more.
@@ -210,11 +246,14 @@ impl ThreadPool {
             }
             return;
         }
-        self.run(|w| {
-            for r in w.chunks(0, n, chunk) {
-                f(r);
-            }
-        });
+        self.run_step(
+            |w| {
+                for r in w.chunks(0, n, chunk) {
+                    f(r);
+                }
+            },
+            true,
+        );
     }
 
     /// Makes this pool the one [`current`] returns on this thread while `f` runs.
@@ -355,7 +394,31 @@ fn worker_loop(s: &Shared, index: usize) {
             }
         }
         seen = s.epoch.0.load(Ordering::Acquire);
-        // SAFETY: the epoch changed, so `run` published a job and waits for us before clearing it.
+        // An elastic step is joined through the gate, unless the caller already closed it (the
+        // step may even be a later one than `seen`: joining keeps its job alive all the same,
+        // and running an elastic job twice only finds its chunks taken).
+        let elastic = seen & 1 == 1;
+        if elastic {
+            let mut g = s.gate.0.load(Ordering::Acquire);
+            loop {
+                if g & CLOSED != 0 {
+                    break;
+                }
+                match s
+                    .gate
+                    .0
+                    .compare_exchange_weak(g, g + 1, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => break,
+                    Err(x) => g = x,
+                }
+            }
+            if g & CLOSED != 0 {
+                continue;
+            }
+        }
+        // SAFETY: the epoch changed, so `run` published a job and waits for us (we count in
+        // `remaining`, or joined the open elastic step) before clearing it.
         let job = unsafe { (*s.job.get()).expect("a step's job is set before its epoch") };
         IN_STEP.with(|c| c.set(true));
         let w = Worker {
@@ -369,7 +432,11 @@ fn worker_loop(s: &Shared, index: usize) {
             s.barrier.poison();
         }
         IN_STEP.with(|c| c.set(false));
-        s.remaining.0.fetch_sub(1, Ordering::Release);
+        if elastic {
+            s.finished.0.fetch_add(1, Ordering::Release);
+        } else {
+            s.remaining.0.fetch_sub(1, Ordering::Release);
+        }
     }
 }
 
@@ -465,6 +532,36 @@ mod tests {
             });
             for (i, v) in b.iter().enumerate() {
                 assert_eq!(v.load(Ordering::Relaxed), 2 * ((n - 1 - i) as u64 + round));
+            }
+        }
+    }
+
+    /// Many short elastic steps mixed with steps that need every thread (barriers): the two
+    /// protocols hand over to each other without losing or repeating work, or hanging.
+    #[test]
+    fn elastic_and_full_steps_interleave() {
+        for spin in [Duration::ZERO, Duration::from_millis(1)] {
+            let pool = ThreadPool::with_spin(3, spin).unwrap();
+            for round in 0..2000usize {
+                let n = 1 + round % 37;
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.for_each_chunk(n, 1 + round % 3, |r| {
+                    for i in r {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "round {round}"
+                );
+                if round % 50 == 0 {
+                    let seen = AtomicUsize::new(0);
+                    pool.run(|w| {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        w.barrier();
+                        assert_eq!(seen.load(Ordering::SeqCst), w.count);
+                    });
+                }
             }
         }
     }

@@ -5,17 +5,35 @@
 //! to the cells its sequence may see (causal, and windowed on sliding-window layers). Only the rows
 //! whose outputs are wanted go through the last layer's attention, FFN and the final norm.
 
-use rayon::prelude::*;
+use std::cell::RefCell;
 
 use super::arch::{Ffn, QScale};
 use super::weights::Weight;
 use super::Model;
 use crate::kv::{KvCache, Pos, SeqId};
-use crate::ops::attention::{attend, AttnShape, Scratch};
+use crate::ops::attention::{attend_head, AttnShape, Scratch};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
 use crate::ops::rope::Rope;
 use crate::ops::{act, matmul, Activations, WeightView};
+use crate::threads;
 use crate::TokenId;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The attention output, written by the threads of a step: each (row, head) by one task.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint head slices, and the step ends before the buffer's borrow does.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
 
 /// A micro-batch: at most `n_batch` tokens evaluated in one pass.
 pub(crate) struct Ubatch<'a> {
@@ -98,6 +116,21 @@ impl Model {
             }
         }
 
+        // The cells each token may see, per KV pool: the same in every layer of the pool.
+        let visible: Vec<Vec<Vec<u32>>> = kv
+            .pools()
+            .iter()
+            .map(|cells| {
+                (0..n_tokens)
+                    .map(|t| {
+                        let mut v = Vec::new();
+                        cells.visible(ub.seq[t], ub.pos[t], &mut v);
+                        v
+                    })
+                    .collect()
+            })
+            .collect();
+
         let last = hp.n_layer - 1;
         let mut rows: Vec<usize> = (0..n_tokens).collect();
         for (il, lw) in self.w.layers.iter().enumerate() {
@@ -161,22 +194,33 @@ impl Model {
                 softcap: hp.attn_softcap,
             };
             let cache = kv.view(il);
-            let pool_cells = &kv.pools()[pool];
+            let visible = &visible[pool];
             let mut attn = vec![0f32; rows.len() * nh * dv];
-            attn.par_chunks_mut(nh * dv).zip(rows.par_iter()).for_each_init(
-                || (Scratch::default(), Vec::new()),
-                |(scratch, visible), (out, &t)| {
-                    pool_cells.visible(ub.seq[t], ub.pos[t], visible);
-                    attend(
-                        &q[t * nh * dk..(t + 1) * nh * dk],
-                        cache,
-                        visible,
-                        &shape,
-                        scratch,
-                        out,
-                    );
-                },
-            );
+            let dst = OutPtr(attn.as_mut_ptr());
+            // One task per (row, query head): a decode step still spreads its heads over threads.
+            threads::with_current(|tp| {
+                tp.for_each_chunk(rows.len() * nh, 1, |items| {
+                    SCRATCH.with(|scratch| {
+                        let scratch = &mut scratch.borrow_mut();
+                        for i in items {
+                            let (ri, h) = (i / nh, i % nh);
+                            let t = rows[ri];
+                            // SAFETY: item i alone writes head h of output row ri, in bounds
+                            // of `attn`, which outlives the step.
+                            let out = unsafe { std::slice::from_raw_parts_mut(dst.get().add(i * dv), dv) };
+                            attend_head(
+                                &q[t * nh * dk..(t + 1) * nh * dk],
+                                cache,
+                                &visible[t],
+                                &shape,
+                                h,
+                                scratch,
+                                out,
+                            );
+                        }
+                    })
+                })
+            });
             let n_rows = if il == last { rows.len() } else { n_rows };
             let mut o = self.project(&lw.wo, &mut Activations::new(&attn, nh * dv), lw.bo.as_ref());
             if let Some(w) = &lw.post_attn_norm {

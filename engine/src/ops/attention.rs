@@ -71,6 +71,23 @@ pub fn attend(
     scratch: &mut Scratch,
     out: &mut [f32],
 ) {
+    assert_eq!(out.len(), shape.n_head * shape.head_dim_v);
+    for (h, o) in out.chunks_exact_mut(shape.head_dim_v).enumerate() {
+        attend_head(q, kv, cells, shape, h, scratch, o);
+    }
+}
+
+/// Query head `h` of one token (`q` holds all its heads): writes `head_dim_v` values to `out`.
+/// Heads are independent, so a token's heads can be spread over threads.
+pub fn attend_head(
+    q: &[f32],
+    kv: KvView,
+    cells: &[u32],
+    shape: &AttnShape,
+    h: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
     let AttnShape {
         n_head,
         n_kv_head,
@@ -79,9 +96,9 @@ pub fn attend(
         kq_scale,
         softcap,
     } = *shape;
-    assert!(n_kv_head > 0 && n_head % n_kv_head == 0);
+    assert!(n_kv_head > 0 && n_head % n_kv_head == 0 && h < n_head);
     assert_eq!(q.len(), n_head * dk);
-    assert_eq!(out.len(), n_head * dv);
+    assert_eq!(out.len(), dv);
     let group = n_head / n_kv_head;
     let k_head = kv
         .ty
@@ -103,41 +120,38 @@ pub fn attend(
     if cells.is_empty() {
         return;
     }
-    for h in 0..n_head {
-        let kvh = h / group;
-        quantize_row(q_ty, &q[h * dk..(h + 1) * dk], &mut scratch.q);
-        let mut max = f32::NEG_INFINITY;
-        for (s, &c) in scratch.scores.iter_mut().zip(cells) {
-            let off = c as usize * k_row + kvh * k_head;
-            let mut x = vec_dot(kv.ty, dk, &kv.k[off..off + k_head], &scratch.q);
-            if softcap > 0.0 {
-                x = softcap * (x / softcap).tanh();
-            }
-            x *= kq_scale;
-            *s = x;
-            max = max.max(x);
+    let kvh = h / group;
+    quantize_row(q_ty, &q[h * dk..(h + 1) * dk], &mut scratch.q);
+    let mut max = f32::NEG_INFINITY;
+    for (s, &c) in scratch.scores.iter_mut().zip(cells) {
+        let off = c as usize * k_row + kvh * k_head;
+        let mut x = vec_dot(kv.ty, dk, &kv.k[off..off + k_head], &scratch.q);
+        if softcap > 0.0 {
+            x = softcap * (x / softcap).tanh();
         }
-        let mut sum = 0f64;
-        for s in scratch.scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += f64::from(*s);
-        }
-        let inv = (1.0 / sum) as f32;
-        let o = &mut out[h * dv..(h + 1) * dv];
-        for (&p, &c) in scratch.scores.iter().zip(cells) {
-            let off = c as usize * v_row + kvh * v_head;
-            let vrow = &kv.v[off..off + v_head];
-            let p = if kv.ty == GgmlType::F16 {
-                f16_row(vrow, &mut scratch.v);
-                // llama.cpp multiplies V with the softmax weights converted to f16.
-                f16_to_f32(half::f16::from_f32(p * inv).to_bits())
-            } else {
-                dequantize_row(kv.ty, vrow, &mut scratch.v);
-                p * inv
-            };
-            for (acc, v) in o.iter_mut().zip(&scratch.v) {
-                *acc += p * v;
-            }
+        x *= kq_scale;
+        *s = x;
+        max = max.max(x);
+    }
+    let mut sum = 0f64;
+    for s in scratch.scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += f64::from(*s);
+    }
+    let inv = (1.0 / sum) as f32;
+    for (&p, &c) in scratch.scores.iter().zip(cells) {
+        let off = c as usize * v_row + kvh * v_head;
+        let vrow = &kv.v[off..off + v_head];
+        let p = if kv.ty == GgmlType::F16 {
+            f16_row(vrow, &mut scratch.v);
+            // llama.cpp multiplies V with the softmax weights converted to f16.
+            f16_to_f32(half::f16::from_f32(p * inv).to_bits())
+        } else {
+            dequantize_row(kv.ty, vrow, &mut scratch.v);
+            p * inv
+        };
+        for (acc, v) in out.iter_mut().zip(&scratch.v) {
+            *acc += p * v;
         }
     }
 }

@@ -52,12 +52,6 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// `out[r] = dot(row r of w, a)` for consecutive rows of `w` (each `n` values of `ty`).
-pub fn dot_rows(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    let stride = ty.row_bytes(n as u64).expect("whole blocks") as usize;
-    kernels::dot_rows(isa(), ty, n, w, stride, a, out);
-}
-
 /// The dot product of one row of type `ty` with an activation row in `vec_dot_type(ty)`.
 pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
     kernels::vec_dot(isa(), ty, n, w, a)

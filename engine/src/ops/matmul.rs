@@ -3,14 +3,15 @@
 //! Computed the way llama.cpp's CPU backend does: each activation row is converted once to the
 //! weight type's `vec_dot_type` (F16 for F16 weights, Q8_0 / Q8_K blocks for quantized ones) and
 //! dotted with every weight row, so our results carry the same roundings as the reference logits.
-//! Work is split over output rows with rayon.
+//! The products are [`kernels::matmul`]'s (row kernels for decode, panel GEMM for batches) on the
+//! engine's persistent thread pool.
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
-use super::dot::{self, dequantize_row, dot_rows, quantize_row, vec_dot_type};
+use super::dot::{self, dequantize_row, quantize_row, vec_dot_type};
+use crate::kernels::{self, matmul::Matrix, Isa};
 use crate::quant::GgmlType;
+use crate::threads;
 use crate::{Error, Result};
 
 /// A 2-D weight matrix in its own format: `n_out` rows of `n_in` elements (ggml `ne = [n_in, n_out]`).
@@ -118,10 +119,22 @@ impl<'a> Activations<'a> {
             Some(i) => i,
             None => {
                 let row_bytes = ty.row_bytes(self.n as u64).expect("checked by WeightView") as usize;
-                let mut buf = vec![0u8; row_bytes * self.n_tokens()];
-                buf.par_chunks_mut(row_bytes)
-                    .zip(self.x.par_chunks(self.n))
-                    .for_each(|(dst, src)| quantize_row(ty, src, dst));
+                let n_tokens = self.n_tokens();
+                let mut buf = vec![0u8; row_bytes * n_tokens];
+                let (x, n) = (self.x, self.n);
+                let dst = SendPtr(buf.as_mut_ptr());
+                threads::with_current(|pool| {
+                    pool.for_each_chunk(n_tokens, 4, |rows| {
+                        for t in rows {
+                            // SAFETY: each row of `buf` is written by the one task that owns
+                            // token `t`, and `buf` outlives the step.
+                            let d = unsafe {
+                                std::slice::from_raw_parts_mut(dst.get().add(t * row_bytes), row_bytes)
+                            };
+                            quantize_row(ty, &x[t * n..(t + 1) * n], d);
+                        }
+                    })
+                });
                 self.converted.push((ty, buf));
                 self.converted.len() - 1
             }
@@ -130,60 +143,33 @@ impl<'a> Activations<'a> {
     }
 }
 
-/// A pointer that tasks writing disjoint parts of one buffer can share.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: used only to write disjoint ranges from different tasks (see `matmul`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// Output rows handed to one task: small enough to balance the threads, large enough that the
-/// per-task overhead does not show (for a batch, the block of weights stays in cache while every
-/// token is multiplied with it).
-const ROWS_PER_TASK_DECODE: usize = 64;
-const ROWS_PER_TASK_BATCH: usize = 32;
-
 /// `out[t][r] = dot(w.row(r), x[t])` for every token `t` and output row `r`; `out` is
-/// `n_tokens × n_out`, row-major.
+/// `n_tokens × n_out`, row-major. Runs on the current [`crate::threads`] pool.
 pub fn matmul(w: &WeightView, x: &mut Activations, out: &mut [f32]) {
     assert_eq!(x.n, w.n_in, "matmul: activation width vs weight row length");
     let n_tokens = x.n_tokens();
     assert_eq!(out.len(), n_tokens * w.n_out, "matmul: output size");
-    let vdt = vec_dot_type(w.ty);
-    let x_row = vdt.row_bytes(w.n_in as u64).expect("checked by WeightView") as usize;
-    let xq = x.converted(vdt);
-    let (ty, n, rb) = (w.ty, w.n_in, w.row_bytes);
-    if n_tokens == 1 {
-        out.par_chunks_mut(ROWS_PER_TASK_DECODE)
-            .enumerate()
-            .for_each(|(c, o)| {
-                let r0 = c * ROWS_PER_TASK_DECODE;
-                dot_rows(ty, n, &w.data[r0 * rb..(r0 + o.len()) * rb], xq, o);
-            });
-        return;
+    let xq = x.converted(vec_dot_type(w.ty));
+    let m = Matrix {
+        ty: w.ty,
+        n: w.n_in,
+        n_out: w.n_out,
+        row_bytes: w.row_bytes,
+        data: w.data,
+        packed_rows: 0,
+    };
+    threads::with_current(|pool| kernels::matmul::matmul(pool, Isa::active(), &m, xq, n_tokens, out));
+}
+
+/// A pointer that tasks writing disjoint parts of one buffer can share.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: used only to write disjoint rows from different tasks (see `Activations::converted`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut u8 {
+        self.0
     }
-    // Blocks of weight rows, each multiplied with every token while it is in cache. Task `c`
-    // writes columns `c * ROWS_PER_TASK_BATCH..` of every output row: disjoint between tasks.
-    let n_out = w.n_out;
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    (0..n_out.div_ceil(ROWS_PER_TASK_BATCH))
-        .into_par_iter()
-        .for_each(|c| {
-            let r0 = c * ROWS_PER_TASK_BATCH;
-            let rows = ROWS_PER_TASK_BATCH.min(n_out - r0);
-            let wb = &w.data[r0 * rb..(r0 + rows) * rb];
-            for t in 0..n_tokens {
-                // SAFETY: `out` has `n_tokens * n_out` elements (asserted above); this task alone
-                // writes `out[t * n_out + r0 .. t * n_out + r0 + rows]` (its own row block), and
-                // `out` is borrowed mutably for the whole parallel loop.
-                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * n_out + r0), rows) };
-                dot_rows(ty, n, wb, &xq[t * x_row..(t + 1) * x_row], o);
-            }
-        });
 }
