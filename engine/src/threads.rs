@@ -45,9 +45,9 @@ struct Shared {
     job: UnsafeCell<Option<*const Job>>,
     /// Workers that have not finished the current step (steps that need every thread).
     remaining: Padded<AtomicUsize>,
-    /// Elastic steps (any subset of the workers may take part: work handed out in chunks only, so
-    /// the caller need not wait for a worker the OS has not scheduled) steps: workers that joined (low bits) and whether the step is closed to more
-    /// ([`CLOSED`]); non-elastic steps keep it closed.
+    /// Elastic steps (work handed out in chunks only, so any subset of the workers may take part
+    /// and the caller need not wait for a worker the OS has not scheduled): workers that joined
+    /// (low bits) and whether the step is closed to more ([`CLOSED`]); other steps keep it closed.
     gate: Padded<AtomicUsize>,
     /// Elastic steps: joined workers that have finished.
     finished: Padded<AtomicUsize>,

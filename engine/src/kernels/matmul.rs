@@ -57,12 +57,8 @@ thread_local! {
 /// `out[t * w.n_out + r] = w_r · x_t` for the `n_tokens` activation rows in `xq` (each in
 /// `vec_dot_type(w.ty)`, rows back to back).
 pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usize, out: &mut [f32]) {
-    let wrb = row_bytes(w.ty, w.n);
-    assert!(w.row_bytes >= wrb && (w.n_out == 0 || w.data.len() >= (w.n_out - 1) * w.row_bytes + wrb));
+    check_product(w, xq, n_tokens, out);
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
-    assert_eq!(xq.len(), arb * n_tokens, "matmul: activation rows");
-    assert_eq!(out.len(), w.n_out * n_tokens, "matmul: output size");
-    assert!(w.packed_rows.is_multiple_of(PANEL_ROWS) && w.packed_rows <= w.n_out);
     assert!(
         w.packed_rows == 0 || can_use_packed(isa, w.ty),
         "packed {} matrix on {isa}",
@@ -81,8 +77,72 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usiz
     if n_tokens >= GEMM_MIN_TOKENS && gemm::expansion(w.ty).is_some() {
         gemm(pool, isa, w, rows, xq, arb, n_tokens, out);
     } else {
-        gemv(pool, isa, w, rows, xq, arb, n_tokens, out);
+        gemv(pool, isa, w, rows, xq, n_tokens, out);
     }
+}
+
+/// One product of [`matmul_many`]: `out = w · x` for activation rows `xq` (in
+/// `vec_dot_type(w.ty)`, rows back to back), `out` laid out as [`matmul`]'s.
+pub struct Product<'a> {
+    pub w: Matrix<'a>,
+    pub xq: &'a [u8],
+    pub out: &'a mut [f32],
+}
+
+/// Most products one [`matmul_many`] call fuses into one step.
+pub const MAX_FUSED: usize = 4;
+
+/// Several products of the same `n_tokens` tokens (Q, K and V of a layer; gate and up). Batches
+/// small enough for the row kernels run as one parallel step with the rows of all matrices as
+/// its chunks: a decode step of a small model is short enough that each start and join of the
+/// pool counts. Batches for the panel GEMM (compute-bound) go one matrix at a time.
+pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut [Product]) {
+    assert!(
+        products.len() <= MAX_FUSED,
+        "matmul_many: more than {MAX_FUSED} products"
+    );
+    let row_kernels = |p: &Product| {
+        p.w.packed_rows == 0 && (n_tokens < GEMM_MIN_TOKENS || gemm::expansion(p.w.ty).is_none())
+    };
+    if products.len() == 1 || !products.iter().all(row_kernels) {
+        for p in products.iter_mut() {
+            matmul(pool, isa, &p.w, p.xq, n_tokens, p.out);
+        }
+        return;
+    }
+    // The chunks of product i are numbered first[i]..first[i + 1].
+    let total: usize = products.iter().map(|p| p.w.n_out).sum();
+    let chunk = rows_per_chunk(total, pool.n_threads());
+    let mut first = [0usize; MAX_FUSED + 1];
+    let mut dst = [Out(std::ptr::null_mut()); MAX_FUSED];
+    for (i, p) in products.iter_mut().enumerate() {
+        check_product(&p.w, p.xq, n_tokens, p.out);
+        first[i + 1] = first[i] + p.w.n_out.div_ceil(chunk);
+        dst[i] = Out(p.out.as_mut_ptr());
+    }
+    let n = products.len();
+    let products = &*products;
+    pool.for_each_chunk(first[n], 1, |chunks| {
+        for c in chunks {
+            let i = (0..n).rfind(|&i| first[i] <= c).expect("first[0] is 0");
+            let p = &products[i];
+            let r0 = (c - first[i]) * chunk;
+            let rows = r0..(r0 + chunk).min(p.w.n_out);
+            // SAFETY: chunk c alone writes these rows of product i's output, which the caller
+            // holds mutably until the step ends.
+            unsafe { gemv_rows(isa, &p.w, rows, p.xq, n_tokens, dst[i].ptr()) };
+        }
+    });
+}
+
+/// The checks shared by [`matmul`] and [`matmul_many`].
+fn check_product(w: &Matrix, xq: &[u8], n_tokens: usize, out: &[f32]) {
+    let wrb = row_bytes(w.ty, w.n);
+    assert!(w.row_bytes >= wrb && (w.n_out == 0 || w.data.len() >= (w.n_out - 1) * w.row_bytes + wrb));
+    let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    assert_eq!(xq.len(), arb * n_tokens, "matmul: activation rows");
+    assert_eq!(out.len(), w.n_out * n_tokens, "matmul: output size");
+    assert!(w.packed_rows.is_multiple_of(PANEL_ROWS) && w.packed_rows <= w.n_out);
 }
 
 /// Rows per work chunk: enough chunks for work stealing to even out the threads, each a whole
@@ -92,37 +152,44 @@ fn rows_per_chunk(n_out: usize, threads: usize) -> usize {
     target.div_ceil(16).max(1) * 16
 }
 
+/// Rows `rows` (row-major) of every token through the row kernels, into `out` (`n_tokens` rows
+/// of `w.n_out`).
+///
+/// # Safety
+/// `w`, `xq` and `n_tokens` passed [`check_product`], `rows` is within `0..w.n_out`, and `out`
+/// points to that output with no other thread writing these rows.
+unsafe fn gemv_rows(isa: Isa, w: &Matrix, rows: Range<usize>, xq: &[u8], n_tokens: usize, out: *mut f32) {
+    let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    for t in 0..n_tokens {
+        let o = std::slice::from_raw_parts_mut(out.add(t * w.n_out + rows.start), rows.len());
+        dot_rows(
+            isa,
+            w.ty,
+            w.n,
+            &w.data[rows.start * w.row_bytes..],
+            w.row_bytes,
+            &xq[t * arb..(t + 1) * arb],
+            o,
+        );
+    }
+}
+
 /// Rows `range` (row-major) through the row kernels.
-#[allow(clippy::too_many_arguments)]
 fn gemv(
     pool: &ThreadPool,
     isa: Isa,
     w: &Matrix,
     range: Range<usize>,
     xq: &[u8],
-    arb: usize,
     n_tokens: usize,
     out: &mut [f32],
 ) {
     let chunk = rows_per_chunk(range.len(), pool.n_threads());
     let dst = Out(out.as_mut_ptr());
-    let n_out = w.n_out;
     pool.for_each_chunk(range.len(), chunk, |rows| {
         let rows = range.start + rows.start..range.start + rows.end;
-        for t in 0..n_tokens {
-            // SAFETY: this chunk's rows of token t are written by this thread only, in bounds.
-            let o =
-                unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * n_out + rows.start), rows.len()) };
-            dot_rows(
-                isa,
-                w.ty,
-                w.n,
-                &w.data[rows.start * w.row_bytes..],
-                w.row_bytes,
-                &xq[t * arb..(t + 1) * arb],
-                o,
-            );
-        }
+        // SAFETY: `matmul` checked the product; this chunk's rows are written by this thread only.
+        unsafe { gemv_rows(isa, w, rows, xq, n_tokens, dst.ptr()) };
     });
 }
 
@@ -305,6 +372,58 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Fused products (different types and sizes, as Q/K/V of a real model) give each matrix's
+    /// own result, on the fused row-kernel step and on the one-by-one GEMM path.
+    #[test]
+    fn matmul_many_matches_one_by_one() {
+        let pool = ThreadPool::new(3).unwrap();
+        let mut rng = Rng::new(11);
+        let n = 256;
+        let shapes = [(GgmlType::Q5_0, 70), (GgmlType::Q8_0, 16), (GgmlType::Q4_K, 33)];
+        for isa in Isa::supported() {
+            for n_tokens in [1, 2, GEMM_MIN_TOKENS + 1] {
+                let data: Vec<Vec<u8>> = shapes
+                    .iter()
+                    .map(|&(ty, r)| random_rows(&mut rng, ty, n, r))
+                    .collect();
+                let xq: Vec<Vec<u8>> = shapes
+                    .iter()
+                    .map(|&(ty, _)| {
+                        (0..n_tokens)
+                            .flat_map(|_| random_act(&mut rng, ty, n).1)
+                            .collect()
+                    })
+                    .collect();
+                let mats: Vec<Matrix> = shapes
+                    .iter()
+                    .zip(&data)
+                    .map(|(&(ty, n_out), d)| Matrix {
+                        ty,
+                        n,
+                        n_out,
+                        row_bytes: row_bytes(ty, n),
+                        data: d,
+                        packed_rows: 0,
+                    })
+                    .collect();
+                let mut want: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n_out * n_tokens]).collect();
+                for ((m, x), o) in mats.iter().zip(&xq).zip(&mut want) {
+                    matmul(&pool, isa, m, x, n_tokens, o);
+                }
+                let mut got: Vec<Vec<f32>> =
+                    mats.iter().map(|m| vec![f32::NAN; m.n_out * n_tokens]).collect();
+                let mut products: Vec<Product> = mats
+                    .iter()
+                    .zip(&xq)
+                    .zip(&mut got)
+                    .map(|((m, x), o)| Product { w: *m, xq: x, out: o })
+                    .collect();
+                matmul_many(&pool, isa, n_tokens, &mut products);
+                assert_eq!(got, want, "{isa} tokens={n_tokens}");
             }
         }
     }

@@ -12,9 +12,10 @@ use super::weights::Weight;
 use super::Model;
 use crate::kv::{KvCache, Pos, SeqId};
 use crate::ops::attention::{attend_head, AttnShape, Scratch};
+use crate::ops::matmul::matmul_many;
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
 use crate::ops::rope::Rope;
-use crate::ops::{act, matmul, Activations, WeightView};
+use crate::ops::{act, Activations, WeightView};
 use crate::threads;
 use crate::TokenId;
 
@@ -69,10 +70,24 @@ impl Model {
     }
 
     fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {
-        let mut out = vec![0f32; x.n_tokens() * w.n_out];
-        matmul(&self.view(w), x, &mut out);
-        add_bias(&mut out, bias);
+        let [out] = self.project_many([(w, bias)], x);
         out
+    }
+
+    /// Several projections of the same input, in one parallel step where possible.
+    fn project_many<const N: usize>(
+        &self,
+        ws: [(&Weight, Option<&Vec<f32>>); N],
+        x: &mut Activations,
+    ) -> [Vec<f32>; N] {
+        let mut outs = ws.map(|(w, _)| vec![0f32; x.n_tokens() * w.n_out]);
+        let views = ws.map(|(w, _)| self.view(w));
+        let mut slices = outs.each_mut().map(|o| o.as_mut_slice());
+        matmul_many(&views, x, &mut slices);
+        for (out, (_, bias)) in outs.iter_mut().zip(ws) {
+            add_bias(out, bias);
+        }
+        outs
     }
 
     /// The token embeddings of `tokens` (only their rows are dequantized).
@@ -142,9 +157,14 @@ impl Model {
             let mut h = vec![0f32; x.len()];
             rms_norm(&x, &lw.attn_norm, hp.rms_eps, &mut h);
             let mut acts = Activations::new(&h, n_embd);
-            let mut q = self.project(&lw.wq, &mut acts, lw.bq.as_ref());
-            let mut k = self.project(&lw.wk, &mut acts, lw.bk.as_ref());
-            let v = self.project(&lw.wv, &mut acts, lw.bv.as_ref());
+            let [mut q, mut k, v] = self.project_many(
+                [
+                    (&lw.wq, lw.bq.as_ref()),
+                    (&lw.wk, lw.bk.as_ref()),
+                    (&lw.wv, lw.bv.as_ref()),
+                ],
+                &mut acts,
+            );
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
                 rms_norm_inplace(&mut q, qn, hp.rms_eps);
                 rms_norm_inplace(&mut k, kn, hp.rms_eps);
@@ -232,8 +252,13 @@ impl Model {
             let mut h = vec![0f32; n_rows * n_embd];
             rms_norm(&x, &lw.ffn_norm, hp.rms_eps, &mut h);
             let mut acts = Activations::new(&h, n_embd);
-            let mut gate = self.project(&lw.ffn_gate, &mut acts, lw.ffn_gate_b.as_ref());
-            let up = self.project(&lw.ffn_up, &mut acts, lw.ffn_up_b.as_ref());
+            let [mut gate, up] = self.project_many(
+                [
+                    (&lw.ffn_gate, lw.ffn_gate_b.as_ref()),
+                    (&lw.ffn_up, lw.ffn_up_b.as_ref()),
+                ],
+                &mut acts,
+            );
             match self.arch.ffn {
                 Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(&mut gate, &up),
                 Ffn::GeluGated => act::geglu(&mut gate, &up),

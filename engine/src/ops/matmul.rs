@@ -9,7 +9,8 @@
 use std::ops::Range;
 
 use super::dot::{self, dequantize_row, quantize_row, vec_dot_type};
-use crate::kernels::{self, matmul::Matrix, Isa};
+use crate::kernels::matmul::{Matrix, Product};
+use crate::kernels::{self, Isa};
 use crate::quant::GgmlType;
 use crate::threads;
 use crate::{Error, Result};
@@ -113,9 +114,15 @@ impl<'a> Activations<'a> {
         self.x.len() / self.n
     }
 
-    /// The rows converted to `ty` (row after row), converting on first use.
-    fn converted(&mut self, ty: GgmlType) -> &[u8] {
-        let i = match self.converted.iter().position(|(t, _)| *t == ty) {
+    /// The rows converted to `ty` by an earlier [`Activations::convert`].
+    fn get(&self, ty: GgmlType) -> &[u8] {
+        let i = self.converted.iter().position(|(t, _)| *t == ty);
+        &self.converted[i.expect("converted before use")].1
+    }
+
+    /// Converts the rows to `ty` unless done already; returns the index in `converted`.
+    fn convert(&mut self, ty: GgmlType) -> usize {
+        match self.converted.iter().position(|(t, _)| *t == ty) {
             Some(i) => i,
             None => {
                 let row_bytes = ty.row_bytes(self.n as u64).expect("checked by WeightView") as usize;
@@ -138,27 +145,47 @@ impl<'a> Activations<'a> {
                 self.converted.push((ty, buf));
                 self.converted.len() - 1
             }
-        };
-        &self.converted[i].1
+        }
     }
 }
 
 /// `out[t][r] = dot(w.row(r), x[t])` for every token `t` and output row `r`; `out` is
 /// `n_tokens × n_out`, row-major. Runs on the current [`crate::threads`] pool.
 pub fn matmul(w: &WeightView, x: &mut Activations, out: &mut [f32]) {
-    assert_eq!(x.n, w.n_in, "matmul: activation width vs weight row length");
+    matmul_many(&[*w], x, &mut [out]);
+}
+
+/// [`matmul`] of several weight matrices with the same activations (Q, K and V; gate and up),
+/// in one parallel step where the kernels allow it (see [`kernels::matmul::matmul_many`]).
+///
+/// # Panics
+/// If more than [`kernels::matmul::MAX_FUSED`] matrices are given.
+pub fn matmul_many(ws: &[WeightView], x: &mut Activations, outs: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), outs.len(), "matmul: one output per weight matrix");
     let n_tokens = x.n_tokens();
-    assert_eq!(out.len(), n_tokens * w.n_out, "matmul: output size");
-    let xq = x.converted(vec_dot_type(w.ty));
-    let m = Matrix {
-        ty: w.ty,
-        n: w.n_in,
-        n_out: w.n_out,
-        row_bytes: w.row_bytes,
-        data: w.data,
-        packed_rows: 0,
-    };
-    threads::with_current(|pool| kernels::matmul::matmul(pool, Isa::active(), &m, xq, n_tokens, out));
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        assert_eq!(x.n, w.n_in, "matmul: activation width vs weight row length");
+        assert_eq!(out.len(), n_tokens * w.n_out, "matmul: output size");
+        x.convert(vec_dot_type(w.ty));
+    }
+    let x = &*x;
+    let mut products: Vec<Product> = ws
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(w, out)| Product {
+            w: Matrix {
+                ty: w.ty,
+                n: w.n_in,
+                n_out: w.n_out,
+                row_bytes: w.row_bytes,
+                data: w.data,
+                packed_rows: 0,
+            },
+            xq: x.get(vec_dot_type(w.ty)),
+            out,
+        })
+        .collect();
+    threads::with_current(|pool| kernels::matmul::matmul_many(pool, Isa::active(), n_tokens, &mut products));
 }
 
 /// A pointer that tasks writing disjoint parts of one buffer can share.
