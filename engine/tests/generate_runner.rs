@@ -1,9 +1,11 @@
 //! The serving loop (`engine::generate::runner`) on tiny models: continuous batching gives each
 //! request the tokens it would get alone, prompt prefixes are reused, cancellation frees a slot
 //! mid-prompt, the context shifts or ends the generation, stop strings cut the text, and
-//! embeddings come from a second context.
+//! embeddings come from a second context, media markers show as nothing and end-of-turn tokens
+//! stop.
 
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use engine::generate::runner::{
     Summary,
 };
 use engine::generate::{generate_greedy, GenerateParams};
+use engine::gguf::{Array, Gguf, GgufWriter, Value};
 use engine::sample::{Sampler, SamplingOptions};
 use engine::stop::{DoneReason, PredictLimit, StopMatcher};
 use engine::tokenizer::Vocab;
@@ -457,4 +460,96 @@ fn an_aborted_runner_fails_what_it_holds() {
     r.abort();
     let h = collect(&rx);
     assert!(h.error.is_some() || h.done.is_some());
+}
+
+/// Writes a copy of the GGUF at `src` to `out` with some tokens' texts and types replaced.
+fn retoken(src: &Path, out: &Path, edits: &[(TokenId, &str, i32)]) {
+    let g = Gguf::open(src).unwrap();
+    let mut w = GgufWriter::from_model(&g).unwrap();
+    let md = g.metadata();
+    let mut texts = md
+        .get_str_array("tokenizer.ggml.tokens")
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    let mut types: Vec<i32> = md
+        .get_i64_array("tokenizer.ggml.token_type")
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|&t| t as i32)
+        .collect();
+    for &(id, text, ty) in edits {
+        texts[id as usize] = text.to_string();
+        types[id as usize] = ty;
+    }
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    let tensors = g.tensors();
+    w.write_file(out, |i, _| Ok(Cow::Borrowed(g.tensor_data(&tensors[i]))))
+        .unwrap();
+}
+
+/// A media marker the model generates (a user-defined token in the file, as Gemma 3's
+/// `<start_of_image>` is) adds nothing to the reply, though logprobs still name it; a token
+/// found by its text to end a turn stops the generation without showing.
+#[test]
+fn media_markers_show_as_nothing_and_end_of_turn_stops() {
+    let (m, v) = llama();
+    let ids = greedy_alone(&m, &PROMPT, 8);
+    let marker = ids[1];
+    // The end of turn: a later token that has not come before (so it ends the reply there).
+    let end = (3..ids.len())
+        .find(|&k| !ids[..k].contains(&ids[k]))
+        .expect("a new token among the greedy ones");
+    let (user_defined, normal) = (4, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("markers.gguf");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/tiny/tiny-llama-spm-e64-f32.gguf");
+    retoken(
+        &src,
+        &path,
+        &[
+            (marker, "<start_of_image>", user_defined),
+            (ids[end], "<end_of_turn>", normal),
+        ],
+    );
+    let m2 = Model::load(&path, &ModelParams::default()).unwrap();
+    let v2 = Arc::new(Vocab::from_metadata(m2.metadata()).unwrap());
+
+    // The token path: llama.cpp's piece keeps the user-defined text (and tokenizing still finds
+    // it), the reply's piece is empty.
+    assert_eq!(v2.token_to_piece(marker, false), b"<start_of_image>");
+    assert_eq!(v2.output_piece(marker), b"");
+    assert!(v2.tokenize("a<start_of_image>b", false, false).contains(&marker));
+    assert!(v2.is_eog(ids[end]) && v2.output_piece(ids[end]).is_empty());
+    assert_eq!(v2.output_piece(ids[0]), v2.token_to_piece(ids[0], false));
+
+    // The serving loop.
+    let r = spawn(&m2, &v2, params(256, 1));
+    let (mut req, rx, _c) = request(&m2, &PROMPT, 8, &[]);
+    req.logprobs = Some(0);
+    r.submit(Command::Generate(Box::new(req))).ok().unwrap();
+    let mut text = String::new();
+    let mut named = Vec::new();
+    let done = loop {
+        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            Event::Output { delta, logprobs } => {
+                text.push_str(&delta.content);
+                named.extend(logprobs.into_iter().map(|lp| lp.bytes));
+            }
+            Event::Done(s) => break s,
+            Event::Error(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(done.reason, DoneReason::Stop);
+    assert_eq!(done.generated, ids[..end]);
+    let shown: Vec<u32> = ids[..end].iter().copied().filter(|&t| t != marker).collect();
+    assert_eq!(text, pieces(&v, &shown));
+    assert!(!text.contains("<start_of_image>"), "{text:?}");
+    assert!(
+        named.contains(&b"<start_of_image>".to_vec()),
+        "logprobs name the marker"
+    );
 }

@@ -655,7 +655,7 @@ impl Runner {
         }
         let a = self.slots[i].busy.as_mut().expect("busy");
         a.generated.push(tok);
-        let (text, stopped) = match a.req.stop.push(self.vocab.token_to_piece(tok, false)) {
+        let (text, stopped) = match a.req.stop.push(self.vocab.output_piece(tok)) {
             StopStep::Continue(t) => (t, false),
             StopStep::Stop(t) => (t, true),
         };

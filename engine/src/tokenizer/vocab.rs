@@ -50,6 +50,10 @@ impl TokenAttr {
     /// Whitespace after the token is removed when it is split out of text.
     pub const RSTRIP: u16 = 1 << 8;
     pub const SINGLE_WORD: u16 = 1 << 9;
+    /// Ours, not llama.cpp's: the token marks where an image, audio or video goes in a
+    /// multimodal model's input (see [`MEDIA_TEXTS`]). It tokenizes as its type says, but a
+    /// generated reply shows it as nothing ([`Vocab::output_piece`]).
+    pub const MEDIA: u16 = 1 << 10;
 
     pub fn has(self, bits: u16) -> bool {
         self.0 & bits != 0
@@ -153,6 +157,28 @@ const FIM_REP_TEXTS: &[&str] = &[
     "<reponame>",
 ];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+
+/// Texts of the tokens multimodal models put around or in place of an image, audio clip or video
+/// frame. Hugging Face marks them special (`skip_special_tokens` drops them from decoded
+/// replies), but GGUF converters often record them as user-defined tokens, which llama.cpp renders
+/// as text: a text-only reply never shows them (Gemma 3 sometimes samples `<start_of_image>`).
+const MEDIA_TEXTS: &[&str] = &[
+    "[multimodal]",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+    "<start_of_audio>",
+    "<end_of_audio>",
+    "<audio_soft_token>",
+    "<|image|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<fake_token_around_image>",
+    "<global-img>",
+];
 
 /// A tokenizer vocabulary and everything needed to tokenize and detokenize with it.
 pub struct Vocab {
@@ -533,6 +559,11 @@ impl Vocab {
                 self.attrs[id as usize] = TokenAttr(TokenAttr::USER_DEFINED);
             }
         }
+        for text in MEDIA_TEXTS {
+            if let Some(id) = self.texts.find(text) {
+                self.attrs[id as usize].0 |= TokenAttr::MEDIA;
+            }
+        }
         eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
         eog.sort_unstable();
         eog.dedup();
@@ -854,6 +885,16 @@ impl Vocab {
             return &[];
         }
         self.token_bytes(id)
+    }
+
+    /// What a token adds to a generated reply: its piece without `special`, and nothing for a
+    /// media marker ([`TokenAttr::MEDIA`]) either, as Hugging Face's `skip_special_tokens` and
+    /// clients expect. The serving loop streams these; [`Self::token_to_piece`] stays llama.cpp's.
+    pub fn output_piece(&self, id: TokenId) -> &[u8] {
+        if self.attr(id).has(TokenAttr::MEDIA) {
+            return &[];
+        }
+        self.token_to_piece(id, false)
     }
 
     /// The merge rank of a pair of BPE symbols; `key` is a scratch buffer.
