@@ -503,19 +503,49 @@ pub async fn create_blob(
             if st.store.has_blob(&d) {
                 return Ok(StatusCode::OK.into_response());
             }
-            let stream = body.into_data_stream().map_err(|e| e.to_string());
-            st.store.write_blob_stream(d, stream).await.map_err(|e| match e {
-                registry::Error::DigestMismatch { want, got } => ApiError::bad_request(format!(
+            // A body that fails is the client's doing (it paused longer than `read_timeout`, or
+            // went away): say so with 408 or 400, not 500. The partial blob is removed either way.
+            let body_error: Arc<std::sync::Mutex<Option<std::io::Error>>> = Arc::default();
+            let seen = body_error.clone();
+            let stream = body.into_data_stream().map_err(move |e| {
+                let msg = e.to_string();
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(body_io_error(e));
+                msg
+            });
+            let written = st.store.write_blob_stream(d, stream).await;
+            let body_error = body_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            written.map_err(|e| match (e, body_error) {
+                (_, Some(io)) if io.kind() == std::io::ErrorKind::TimedOut => ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("blob upload stalled: {io} (read_timeout, OLLAMARS_READ_TIMEOUT)"),
+                ),
+                (_, Some(io)) => ApiError::bad_request(format!("reading the blob upload: {io}")),
+                (registry::Error::DigestMismatch { want, got }, None) => ApiError::bad_request(format!(
                     "digest mismatch, expected {:?}, got {:?}",
                     want.to_string(),
                     got.to_string()
                 )),
-                e => ApiError::from(e),
+                (e, None) => ApiError::from(e),
             })?;
             Ok(StatusCode::CREATED.into_response())
         }
         .await,
     )
+}
+
+/// The I/O error under a body error (the security layer's idle timeout is one, possibly wrapped
+/// again by each body it passed through).
+fn body_io_error(e: axum::Error) -> std::io::Error {
+    let mut inner = e.into_inner();
+    loop {
+        inner = match inner.downcast::<std::io::Error>() {
+            Ok(io) => return *io,
+            Err(other) => match other.downcast::<axum::Error>() {
+                Ok(wrapped) => wrapped.into_inner(),
+                Err(other) => return std::io::Error::other(other.to_string()),
+            },
+        };
+    }
 }
 
 pub async fn ps(State(st): State<Arc<AppState>>) -> Response {

@@ -270,6 +270,49 @@ fn blobs_check_digests() {
     assert_eq!(r.status(), 200);
 }
 
+/// A client that sends the head and part of a blob, then stops, gets 408 once it has paused
+/// `read_timeout`, and nothing of the upload stays in the store.
+#[test]
+fn a_stalled_blob_upload_is_408_and_leaves_nothing() {
+    use std::io::{Read, Write};
+    let d = Daemon::builder().env("OLLAMARS_READ_TIMEOUT", "1s").start();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port())).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let head =
+        format!("POST /api/blobs/{digest} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&[7u8; 4096]).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.windows(4).any(|w| w == b"\r\n\r\n") && out.ends_with(b"}") {
+            break;
+        }
+    }
+    let resp = String::from_utf8_lossy(&out);
+    assert!(resp.starts_with("HTTP/1.1 408"), "{resp:?}\n{}", d.log());
+    assert!(resp.contains("stalled"), "{resp:?}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(20));
+    // No blob and no temporary file: the store holds what it held before.
+    let blobs: Vec<_> = std::fs::read_dir(d.models_dir().join("blobs"))
+        .map(|r| r.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(blobs.is_empty(), "{blobs:?}");
+    let r = d
+        .client()
+        .head(d.url(&format!("/api/blobs/{digest}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
 #[test]
 fn errors_have_ollama_shapes_and_status_codes() {
     let d = tiny_daemon();
