@@ -18,9 +18,10 @@ use serde_json::{json, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{
     check_images, find_model, fit_tokens, is_unload, load_answer, model_messages, model_options,
-    render_fitting, respond, start, tokenize, ChatNdjson, GenerateNdjson, Plan, RunInfo, Running,
+    render_fitting, respond, start, tokenize, ChatNdjson, GenerateNdjson, Plan, RunInfo, Running, StoreModel,
 };
 use crate::options::Options;
+use crate::scheduler::{Lease, Ticket};
 use crate::server::AppState;
 use crate::structured;
 use crate::util::rfc3339;
@@ -43,11 +44,9 @@ pub enum Prepared {
     Answer(Response),
 }
 
-/// A chat request in engine terms (from `/api/chat` or `/v1/chat/completions`).
-pub struct ChatCall {
+/// What chat and generate requests share, in engine terms.
+pub struct CallCommon {
     pub model: String,
-    pub messages: Vec<Message>,
-    pub tools: Vec<Tool>,
     pub options: Option<serde_json::Map<String, Value>>,
     pub format: Option<Value>,
     pub keep_alive: Option<Value>,
@@ -59,13 +58,41 @@ pub struct ChatCall {
     pub n_images: usize,
 }
 
-pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiResult<Prepared> {
+/// A chat request in engine terms (from `/api/chat` or `/v1/chat/completions`).
+pub struct ChatCall {
+    pub common: CallCommon,
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+}
+
+/// The model, options and lease a generation starts from.
+struct Ready {
+    sm: StoreModel,
+    options: Options,
+    structured: Option<Value>,
+    ticket: Ticket,
+    lease: Lease,
+}
+
+/// The start every generation shares: find the model, answer an unload (`unload_asked`: the
+/// request has nothing to generate), run the endpoint's own `check`, refuse images, resolve the
+/// options and format, queue, and load (or reload) the model, then answer a load-only request
+/// (`load_only`). `Err` holds the answer when there is nothing to generate.
+async fn prelude(
+    st: &AppState,
+    c: &CallCommon,
+    chat: bool,
+    unload_asked: bool,
+    load_only: bool,
+    check: impl FnOnce() -> ApiResult<()>,
+) -> ApiResult<Result<Ready, Response>> {
     let sm = find_model(st, &c.model).await?;
     let keep_alive = parse_keep_alive(c.keep_alive.as_ref())?;
-    if c.messages.is_empty() && is_unload(keep_alive) {
+    if unload_asked && is_unload(keep_alive) {
         st.sched.expire(&sm.want.path).await;
-        return Ok(Prepared::Answer(load_answer(&c.model, "unload", true)));
+        return Ok(Err(load_answer(&c.model, "unload", chat)));
     }
+    check()?;
     check_images(&c.model, c.n_images)?;
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
         .map_err(ApiError::bad_request)?;
@@ -75,14 +102,52 @@ pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiRe
     want.num_ctx = options.num_ctx;
     want.keep_alive = keep_alive;
     let lease = st.sched.acquire(&want).await?;
-    if c.messages.is_empty() {
-        return Ok(Prepared::Answer(load_answer(&c.model, "load", true)));
+    if load_only {
+        return Ok(Err(load_answer(&c.model, "load", chat)));
     }
+    Ok(Ok(Ready {
+        sm,
+        options,
+        structured,
+        ticket,
+        lease,
+    }))
+}
+
+/// The answer of `_debug_render_only`: the rendered prompt, no generation.
+fn rendered_answer(model: &str, chat: bool, text: &str) -> Prepared {
+    let mut v = json!({"model": model, "created_at": rfc3339(std::time::SystemTime::now()), "done": true,
+        "_debug_info": {"rendered_template": text}});
+    if chat {
+        v["message"] = json!({"role": "assistant", "content": ""});
+    } else {
+        v["response"] = json!("");
+    }
+    Prepared::Answer(axum::Json(v).into_response())
+}
+
+pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> ApiResult<Prepared> {
+    let ChatCall {
+        common: c,
+        messages,
+        tools,
+    } = call;
+    let empty = messages.is_empty();
+    let Ready {
+        sm,
+        options,
+        structured,
+        ticket,
+        lease,
+    } = match prelude(st, &c, true, empty, empty, || Ok(())).await? {
+        Ok(ready) => ready,
+        Err(answer) => return Ok(Prepared::Answer(answer)),
+    };
     let loaded = lease.loaded.clone();
     let format = loaded
         .chat_format(sm.model.template.as_deref(), None)
         .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
-    if !c.tools.is_empty() && !format.capabilities().tools {
+    if !tools.is_empty() && !format.capabilities().tools {
         return Err(ApiError::bad_request(format!(
             "\"{}\" does not support tools",
             c.model
@@ -91,15 +156,11 @@ pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiRe
     let think = format
         .resolve_think(c.think)
         .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))?;
-    let msgs = chat_messages(
-        sm.model.system.as_deref(),
-        &model_messages(&sm.model),
-        &c.messages,
-    );
+    let msgs = chat_messages(sm.model.system.as_deref(), &model_messages(&sm.model), &messages);
     let truncate = c.truncate.unwrap_or(true);
     let n_ctx = loaded.n_ctx as usize;
     let (text, mut tokens, dropped) = {
-        let (loaded, format, tools) = (loaded.clone(), format.clone(), c.tools.clone());
+        let (loaded, format, tools) = (loaded.clone(), format.clone(), tools.clone());
         let think = think.clone();
         tokio::task::spawn_blocking(move || {
             render_fitting(&loaded, &format, &msgs, &tools, think.as_ref(), truncate, n_ctx)
@@ -108,14 +169,7 @@ pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiRe
         .map_err(|e| ApiError::internal(e.to_string()))??
     };
     if c.debug_render_only {
-        return Ok(Prepared::Answer(
-            axum::Json(
-                json!({"model": c.model, "created_at": rfc3339(std::time::SystemTime::now()),
-                "message": {"role": "assistant", "content": ""}, "done": true,
-                "_debug_info": {"rendered_template": text}}),
-            )
-            .into_response(),
-        ));
+        return Ok(rendered_answer(&c.model, true, &text));
     }
     let original = tokens.len();
     let truncation = fit_tokens(
@@ -142,7 +196,7 @@ pub async fn prepare_chat(st: &AppState, c: ChatCall, started: Instant) -> ApiRe
         lease,
         format: Some(format.clone()),
         options,
-        tools: c.tools,
+        tools,
         think,
         logprobs: c.logprobs,
         shift: c.shift.unwrap_or(true),
@@ -166,18 +220,20 @@ fn chat_call(req: ChatRequest) -> ApiResult<ChatCall> {
         .map(|m| m.images.as_ref().map_or(0, Vec::len))
         .sum();
     Ok(ChatCall {
-        model,
+        common: CallCommon {
+            model,
+            options: req.options,
+            format: req.format,
+            keep_alive: req.keep_alive,
+            think: parse_think(req.think.as_ref())?,
+            truncate: req.truncate,
+            shift: req.shift,
+            logprobs: req.logprobs.unwrap_or(false).then_some(top),
+            debug_render_only: req.debug_render_only.unwrap_or(false),
+            n_images,
+        },
         messages,
         tools: tools(&req.tools),
-        options: req.options,
-        format: req.format,
-        keep_alive: req.keep_alive,
-        think: parse_think(req.think.as_ref())?,
-        truncate: req.truncate,
-        shift: req.shift,
-        logprobs: req.logprobs.unwrap_or(false).then_some(top),
-        debug_render_only: req.debug_render_only.unwrap_or(false),
-        n_images,
     })
 }
 
@@ -205,49 +261,37 @@ pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
 
 /// A generate request in engine terms (from `/api/generate` or `/v1/completions`).
 pub struct GenerateCall {
-    pub model: String,
+    pub common: CallCommon,
     pub prompt: String,
     pub suffix: String,
     pub system: Option<String>,
     pub template: Option<String>,
     pub context: Option<Vec<i64>>,
     pub raw: bool,
-    pub format: Option<Value>,
-    pub keep_alive: Option<Value>,
-    pub options: Option<serde_json::Map<String, Value>>,
-    pub think: Option<Think>,
-    pub truncate: Option<bool>,
-    pub shift: Option<bool>,
-    pub logprobs: Option<usize>,
-    pub debug_render_only: bool,
-    pub n_images: usize,
 }
 
 pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) -> ApiResult<Prepared> {
-    let sm = find_model(st, &g.model).await?;
-    let keep_alive = parse_keep_alive(g.keep_alive.as_ref())?;
-    if g.prompt.is_empty() && is_unload(keep_alive) {
-        st.sched.expire(&sm.want.path).await;
-        return Ok(Prepared::Answer(load_answer(&g.model, "unload", false)));
-    }
+    let c = &g.common;
     let non_empty = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
-    if g.raw && (non_empty(&g.template) || non_empty(&g.system) || g.context.is_some()) {
-        return Err(ApiError::bad_request(
-            "raw mode does not support template, system, or context",
-        ));
-    }
-    check_images(&g.model, g.n_images)?;
-    let options = Options::resolve(model_options(&sm.model).as_ref(), g.options.as_ref())
-        .map_err(ApiError::bad_request)?;
-    let structured = structured::requested(g.format.as_ref())?;
-    let ticket = st.sched.enqueue()?;
-    let mut want = sm.want.clone();
-    want.num_ctx = options.num_ctx;
-    want.keep_alive = keep_alive;
-    let lease = st.sched.acquire(&want).await?;
-    if g.prompt.is_empty() && g.suffix.is_empty() {
-        return Ok(Prepared::Answer(load_answer(&g.model, "load", false)));
-    }
+    let raw_check = || {
+        if g.raw && (non_empty(&g.template) || non_empty(&g.system) || g.context.is_some()) {
+            return Err(ApiError::bad_request(
+                "raw mode does not support template, system, or context",
+            ));
+        }
+        Ok(())
+    };
+    let load_only = g.prompt.is_empty() && g.suffix.is_empty();
+    let Ready {
+        sm,
+        options,
+        structured,
+        ticket,
+        lease,
+    } = match prelude(st, c, false, g.prompt.is_empty(), load_only, raw_check).await? {
+        Ok(ready) => ready,
+        Err(answer) => return Ok(Prepared::Answer(answer)),
+    };
     let loaded = lease.loaded.clone();
     let n_ctx = loaded.n_ctx as usize;
     // `context` (the tokens of an earlier exchange) goes in front of the new prompt as tokens,
@@ -263,12 +307,12 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         if !g.suffix.is_empty() && !format.capabilities().insert {
             return Err(ApiError::bad_request(format!(
                 "\"{}\" does not support insert",
-                g.model
+                c.model
             )));
         }
         let think = format
-            .resolve_think(g.think)
-            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", g.model)))?;
+            .resolve_think(c.think.clone())
+            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))?;
         if let Some(ctx) = &g.context {
             let n_vocab = loaded.vocab.n_tokens() as i64;
             let ids = ctx
@@ -306,14 +350,8 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         .map_err(engine_400)?;
         (Some(format), think, rendered)
     };
-    if g.debug_render_only {
-        return Ok(Prepared::Answer(
-            axum::Json(
-                json!({"model": g.model, "created_at": rfc3339(std::time::SystemTime::now()),
-                "response": "", "done": true, "_debug_info": {"rendered_template": text}}),
-            )
-            .into_response(),
-        ));
+    if c.debug_render_only {
+        return Ok(rendered_answer(&c.model, false, &text));
     }
     let mut tokens = if context_ids.is_empty() {
         tokenize(&loaded, &text)
@@ -326,17 +364,17 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         &mut tokens,
         n_ctx,
         options.num_keep.max(0) as usize,
-        g.truncate.unwrap_or(true),
+        c.truncate.unwrap_or(true),
         original,
         0,
     )?;
     if let Some(t) = &truncation {
-        tracing::warn!(model = %g.model, original = t.original_tokens, dropped_tokens = t.dropped_tokens, n_ctx,
+        tracing::warn!(model = %c.model, original = t.original_tokens, dropped_tokens = t.dropped_tokens, n_ctx,
             "prompt truncated to fit the context");
     }
     let plan = Plan {
         info: RunInfo {
-            model: g.model.clone(),
+            model: c.model.clone(),
             started,
             load_duration: lease.load_duration,
             prompt: tokens,
@@ -348,8 +386,8 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         options,
         tools: Vec::new(),
         think,
-        logprobs: g.logprobs,
-        shift: g.shift.unwrap_or(true),
+        logprobs: c.logprobs,
+        shift: c.shift.unwrap_or(true),
         structured,
     };
     let parser = format.as_deref().map(|f| (f, text.as_str()));
@@ -361,22 +399,24 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
 fn generate_call(req: GenerateRequest) -> ApiResult<GenerateCall> {
     let top = check_top_logprobs(req.top_logprobs)?;
     Ok(GenerateCall {
-        model: model_name(&req.model)?.to_string(),
+        common: CallCommon {
+            model: model_name(&req.model)?.to_string(),
+            options: req.options,
+            format: req.format,
+            keep_alive: req.keep_alive,
+            think: parse_think(req.think.as_ref())?,
+            truncate: req.truncate,
+            shift: req.shift,
+            logprobs: req.logprobs.unwrap_or(false).then_some(top),
+            debug_render_only: req.debug_render_only.unwrap_or(false),
+            n_images: req.images.as_ref().map_or(0, Vec::len),
+        },
         prompt: req.prompt.unwrap_or_default(),
         suffix: req.suffix.unwrap_or_default(),
         system: req.system,
         template: req.template,
         context: req.context,
         raw: req.raw.unwrap_or(false),
-        format: req.format,
-        keep_alive: req.keep_alive,
-        options: req.options,
-        think: parse_think(req.think.as_ref())?,
-        truncate: req.truncate,
-        shift: req.shift,
-        logprobs: req.logprobs.unwrap_or(false).then_some(top),
-        debug_render_only: req.debug_render_only.unwrap_or(false),
-        n_images: req.images.as_ref().map_or(0, Vec::len),
     })
 }
 

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::api::{
-    embed_texts, input_texts, prepare_chat, prepare_generate, ChatCall, GenerateCall, Prepared,
+    embed_texts, input_texts, prepare_chat, prepare_generate, CallCommon, ChatCall, GenerateCall, Prepared,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{logprobs_json, respond, Encoder, RunInfo};
@@ -294,7 +294,18 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
         },
     );
     Ok(ChatCall {
-        model: model.clone(),
+        common: CallCommon {
+            model,
+            options: Some(options),
+            format,
+            keep_alive: req.keep_alive.clone(),
+            think: think_from_effort(effort.as_deref())?,
+            truncate: None,
+            shift: None,
+            logprobs: req.logprobs.unwrap_or(false).then_some(top),
+            debug_render_only: false,
+            n_images,
+        },
         messages: msgs,
         tools: req
             .tools
@@ -303,15 +314,6 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
             .into_iter()
             .map(engine::chat::Tool)
             .collect(),
-        options: Some(options),
-        format,
-        keep_alive: req.keep_alive.clone(),
-        think: think_from_effort(effort.as_deref())?,
-        truncate: None,
-        shift: None,
-        logprobs: req.logprobs.unwrap_or(false).then_some(top),
-        debug_render_only: false,
-        n_images,
     })
 }
 
@@ -373,6 +375,24 @@ fn oa_tool_calls(calls: &[ToolCall], first: usize) -> Value {
             })
             .collect(),
     )
+}
+
+/// The end of a stream: the chunk with the finish reason, then (with `include_usage`) the same
+/// chunk with no choices and the usage, then `[DONE]`.
+fn stream_end(mut last: Value, s: &Summary, include_usage: bool) -> Vec<String> {
+    let mut out = vec![sse(&last)];
+    if include_usage {
+        last["choices"] = json!([]);
+        last["usage"] = usage(s);
+        out.push(sse(&last));
+    }
+    out.push("data: [DONE]\n\n".into());
+    out
+}
+
+/// An error event after a stream started.
+fn sse_error(msg: &str) -> String {
+    sse(&json!({"error": {"message": msg, "type": "api_error", "param": null, "code": null}}))
 }
 
 fn oa_logprobs(lps: &[TokenLogprob]) -> Value {
@@ -449,18 +469,12 @@ impl Encoder for ChatSse {
         }
         let mut c = self.chunk(json!({}), Some(finish_reason(s, self.tool_sent)), None);
         c["model"] = json!(info.model);
-        out.push(sse(&c));
-        if self.include_usage {
-            c["choices"] = json!([]);
-            c["usage"] = usage(s);
-            out.push(sse(&c));
-        }
-        out.push("data: [DONE]\n\n".into());
+        out.extend(stream_end(c, s, self.include_usage));
         out
     }
 
     fn error(&mut self, msg: &str) -> String {
-        sse(&json!({"error": {"message": msg, "type": "api_error", "param": null, "code": null}}))
+        sse_error(msg)
     }
 
     fn single(&mut self, all: ReplyDelta, lps: Vec<TokenLogprob>, s: &Summary, info: &RunInfo) -> Value {
@@ -538,22 +552,24 @@ fn generate_call(req: &CompletionRequest) -> ApiResult<GenerateCall> {
         },
     );
     Ok(GenerateCall {
-        model: model.clone(),
+        common: CallCommon {
+            model,
+            options: Some(options),
+            format: None,
+            keep_alive: req.keep_alive.clone(),
+            think: None,
+            truncate: None,
+            shift: None,
+            logprobs: top,
+            debug_render_only: false,
+            n_images: 0,
+        },
         prompt,
         suffix: req.suffix.clone().unwrap_or_default(),
         system: None,
         template: None,
         context: None,
         raw: false,
-        format: None,
-        keep_alive: req.keep_alive.clone(),
-        options: Some(options),
-        think: None,
-        truncate: None,
-        shift: None,
-        logprobs: top,
-        debug_render_only: false,
-        n_images: 0,
     })
 }
 
@@ -607,19 +623,15 @@ impl Encoder for CompletionSse {
     }
 
     fn done(&mut self, s: &Summary, info: &RunInfo) -> Vec<String> {
-        let mut c = self.object("", Some(finish_reason(s, false)), info);
-        let mut out = vec![sse(&c)];
-        if self.include_usage {
-            c["choices"] = json!([]);
-            c["usage"] = usage(s);
-            out.push(sse(&c));
-        }
-        out.push("data: [DONE]\n\n".into());
-        out
+        stream_end(
+            self.object("", Some(finish_reason(s, false)), info),
+            s,
+            self.include_usage,
+        )
     }
 
     fn error(&mut self, msg: &str) -> String {
-        sse(&json!({"error": {"message": msg, "type": "api_error", "param": null, "code": null}}))
+        sse_error(msg)
     }
 
     fn single(&mut self, all: ReplyDelta, lps: Vec<TokenLogprob>, s: &Summary, info: &RunInfo) -> Value {

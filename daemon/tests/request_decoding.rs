@@ -25,14 +25,14 @@ fn ollama_chat_converts_messages_tools_and_think() {
             {"role": "tool", "content": "1", "tool_name": "f"}],
         "tools": [{"type": "function", "function": {"name": "f"}}]});
     let c = decode_chat(body.to_string().as_bytes()).unwrap();
-    assert_eq!(c.model, "m");
+    assert_eq!(c.common.model, "m");
     assert_eq!(c.messages[0].role, "user");
-    assert_eq!((c.messages[0].images, c.n_images), (2, 2));
+    assert_eq!((c.messages[0].images, c.common.n_images), (2, 2));
     assert_eq!(c.messages[1].tool_calls[0].arguments["a"], json!(1));
     assert_eq!(c.messages[2].tool_name.as_deref(), Some("f"));
     assert_eq!(c.tools[0].name(), "f");
-    assert_eq!(c.think, Some(Think::Level("high".into())));
-    assert_eq!(c.logprobs, Some(2));
+    assert_eq!(c.common.think, Some(Think::Level("high".into())));
+    assert_eq!(c.common.logprobs, Some(2));
 }
 
 #[test]
@@ -47,7 +47,7 @@ fn ollama_requests_refuse_bad_fields_with_400() {
     let bad_args = br#"{"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "[1]"}}]}]}"#;
     assert_eq!(msg(decode_chat(bad_args)), "invalid tool call arguments");
     let g = decode_generate(br#"{"model": "m", "prompt": "p", "images": ["x"], "raw": true}"#).unwrap();
-    assert_eq!((g.prompt.as_str(), g.n_images, g.raw), ("p", 1, true));
+    assert_eq!((g.prompt.as_str(), g.common.n_images, g.raw), ("p", 1, true));
 }
 
 #[test]
@@ -59,9 +59,9 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
             {"role": "tool", "tool_call_id": "c1", "content": "ok"}]});
     let c = decode_chat_completion(body.to_string().as_bytes()).unwrap();
     assert_eq!(c.messages[0].content, "ab");
-    assert_eq!(c.n_images, 1);
+    assert_eq!(c.common.n_images, 1);
     assert_eq!(c.messages[2].tool_name.as_deref(), Some("f"));
-    let o = c.options.unwrap();
+    let o = c.common.options.unwrap();
     assert_eq!(
         (o["temperature"].clone(), o["top_p"].clone()),
         (json!(1.0), json!(1.0))
@@ -70,7 +70,7 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
         (o["num_predict"].clone(), o["stop"].clone()),
         (json!(9), json!(["x"]))
     );
-    assert_eq!(c.think, Some(Think::Level("low".into())));
+    assert_eq!(c.common.think, Some(Think::Level("low".into())));
     assert_eq!(
         msg(decode_chat_completion(br#"{"model": "gpt", "messages": []}"#)),
         "[] is too short - 'messages'"
@@ -84,8 +84,8 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
 #[test]
 fn openai_completion_prompt_and_logprobs() {
     let g = decode_completion(br#"{"model": "m", "prompt": ["once"], "logprobs": 3, "top_p": 0}"#).unwrap();
-    assert_eq!((g.prompt.as_str(), g.logprobs), ("once", Some(3)));
-    assert_eq!(g.options.unwrap()["top_p"], json!(1.0));
+    assert_eq!((g.prompt.as_str(), g.common.logprobs), ("once", Some(3)));
+    assert_eq!(g.common.options.unwrap()["top_p"], json!(1.0));
     assert_eq!(
         msg(decode_completion(br#"{"model": "m", "prompt": [1, 2]}"#)),
         "prompt must be a string"

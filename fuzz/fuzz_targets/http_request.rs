@@ -44,6 +44,7 @@ fn chat(c: ChatCall) -> ApiResult<()> {
     for m in &c.messages {
         assert_eq!(m.role, m.role.to_lowercase());
     }
+    let c = &c.common;
     common(c.options.as_ref(), c.keep_alive.as_ref(), c.format.as_ref())
 }
 
@@ -52,6 +53,7 @@ fn generate(g: GenerateCall) -> ApiResult<()> {
         // A request's template is parsed the way a Modelfile's is; a bad one is the client's error.
         let _ = OllamaTemplate::parse(t);
     }
+    let g = &g.common;
     common(g.options.as_ref(), g.keep_alive.as_ref(), g.format.as_ref())
 }
 
