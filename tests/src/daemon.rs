@@ -350,6 +350,15 @@ impl Daemon {
         assert_eq!(reply["status"], "success", "creating {name}: {reply}");
     }
 
+    /// Kills the daemon with SIGKILL (no shutdown: nothing flushed, no cleanup) and waits for
+    /// it to be gone. Its temporary directory (and models directory) stay until drop.
+    pub fn kill_9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill(); // SIGKILL on Unix
+            let _ = child.wait();
+        }
+    }
+
     /// Sends SIGTERM and waits (up to `timeout`) for the daemon to exit; `None` if it did not.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
