@@ -131,10 +131,38 @@ fn soak_64_clients_mixed_endpoints() {
             }
         }));
     }
+    // RSS and requests answered so far, every second: a leak grows with requests, allocator
+    // high-water levels off.
+    let answered = |tallies: &[Mutex<Tally>]| -> u64 {
+        tallies
+            .iter()
+            .map(|t| {
+                let t = t.lock().unwrap();
+                t.ok + t.busy
+            })
+            .sum()
+    };
     let mut samples = Vec::new();
+    let mut counts = Vec::new();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_secs(1));
         samples.push(rss_kib(pid));
+        counts.push(answered(&tallies));
+    }
+    for i in 1..=10 {
+        let j = (samples.len() * i / 10).saturating_sub(1);
+        if let (Some(rss), Some(n)) = (samples.get(j), counts.get(j)) {
+            println!("soak: at {:>3}%: {rss} KiB after {n} requests", i * 10);
+        }
+    }
+    let (h, e) = (samples.len() / 2, samples.len().saturating_sub(1));
+    if e > h && counts[e] > counts[h] {
+        println!(
+            "soak: second half: {:+} KiB over {} requests ({:+.3} KiB per request)",
+            samples[e] as i64 - samples[h] as i64,
+            counts[e] - counts[h],
+            (samples[e] as f64 - samples[h] as f64) / (counts[e] - counts[h]) as f64
+        );
     }
     let rss_quarter = samples.get(samples.len() / 4).copied().unwrap_or(rss_start);
     let rss_peak = samples.iter().copied().max().unwrap_or(rss_start);
