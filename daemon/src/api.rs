@@ -97,7 +97,7 @@ async fn prelude(
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
         .map_err(ApiError::bad_request)?;
     let structured = structured::requested(c.format.as_ref())?;
-    let ticket = st.sched.enqueue()?;
+    let ticket = st.sched.enqueue(&sm.want.name)?;
     let mut want = sm.want.clone();
     want.num_ctx = options.num_ctx;
     want.keep_alive = keep_alive;
@@ -244,7 +244,7 @@ pub fn decode_chat(body: &[u8]) -> ApiResult<ChatCall> {
 }
 
 pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = crate::metrics::arrival();
     into_response(
         async {
             let req: ChatRequest = parse_body(&body)?;
@@ -427,7 +427,7 @@ pub fn decode_generate(body: &[u8]) -> ApiResult<GenerateCall> {
 }
 
 pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = crate::metrics::arrival();
     into_response(
         async {
             let req: GenerateRequest = parse_body(&body)?;
@@ -462,7 +462,7 @@ pub async fn embed_texts(
     let keep_alive = parse_keep_alive(keep_alive)?;
     let options =
         Options::resolve(model_options(&sm.model).as_ref(), options).map_err(ApiError::bad_request)?;
-    let ticket = st.sched.enqueue()?;
+    let ticket = st.sched.enqueue(&sm.want.name)?;
     let mut want = sm.want.clone();
     want.num_ctx = options.num_ctx;
     want.keep_alive = keep_alive;
@@ -518,9 +518,7 @@ pub async fn embed_texts(
         }
         out.push(v);
     }
-    crate::metrics::METRICS
-        .embedding_tokens
-        .fetch_add(prompt_tokens as u64, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::METRICS.record_embedding(&lease.loaded.name(), prompt_tokens as u64);
     Ok(Embedded {
         vectors: out,
         prompt_tokens,
@@ -557,7 +555,7 @@ pub fn input_texts(v: Option<&Value>) -> ApiResult<Vec<String>> {
 }
 
 pub async fn embed(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = crate::metrics::arrival();
     into_response(
         async {
             let req: EmbedRequest = parse_body(&body)?;

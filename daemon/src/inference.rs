@@ -115,6 +115,10 @@ pub struct RunInfo {
 pub struct Running {
     pub rx: mpsc::UnboundedReceiver<Event>,
     pub info: RunInfo,
+    /// The loaded model's name, for `/metrics`.
+    model: String,
+    /// Whether the first generated token has been seen (for the time to first token).
+    first_token_seen: bool,
     _cancel: CancelOnDrop,
     _permit: OwnedSemaphorePermit,
     _lease: Lease,
@@ -278,6 +282,8 @@ pub async fn start(
     Ok(Running {
         rx,
         info,
+        model: loaded.name(),
+        first_token_seen: false,
         _cancel: cancel.guard(),
         _permit: permit,
         _lease: lease,
@@ -327,6 +333,34 @@ fn truncation_headers(resp: &mut Response, truncation: Option<&Truncation>) {
     }
 }
 
+impl Running {
+    /// Feeds `/metrics` with an event about to be sent.
+    fn observe(&mut self, ev: &Event) {
+        match ev {
+            Event::Output { .. } => self.observe_output(),
+            Event::Done(s) => self.observe_done(s),
+            Event::Error(_) => {}
+        }
+    }
+
+    /// Output is about to be sent: the first time, that is the first token's arrival.
+    fn observe_output(&mut self) {
+        if !self.first_token_seen {
+            self.first_token_seen = true;
+            crate::metrics::METRICS.record_first_token(&self.model, self.info.started.elapsed());
+        }
+    }
+
+    /// The end. A generation whose tokens all went into held-back text (a stop string) sent
+    /// its first token only now.
+    fn observe_done(&mut self, s: &Summary) {
+        if !s.generated.is_empty() {
+            self.observe_output();
+        }
+        crate::metrics::METRICS.record_generation(&self.model, s);
+    }
+}
+
 /// Turns a run into the response: a stream of frames, or one JSON object. An error before the
 /// first output gets its own status code; after that, an error frame ends the stream.
 pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) -> Response {
@@ -336,13 +370,14 @@ pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) 
         while let Some(ev) = run.rx.recv().await {
             match ev {
                 Event::Output { delta, logprobs } => {
+                    run.observe_output();
                     all.thinking.push_str(&delta.thinking);
                     all.content.push_str(&delta.content);
                     all.tool_calls.extend(delta.tool_calls);
                     lps.extend(logprobs);
                 }
                 Event::Done(s) => {
-                    crate::metrics::METRICS.record_generation(&s, run.info.started.elapsed());
+                    run.observe_done(&s);
                     let body = enc.single(all, lps, &s, &run.info);
                     let mut resp = axum::Json(body).into_response();
                     truncation_headers(&mut resp, run.info.truncation.as_ref());
@@ -362,6 +397,7 @@ pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) 
     let content_type = enc.stream_content_type();
     let truncation = run.info.truncation.clone();
     let mut head = Vec::new();
+    run.observe(&first);
     let finished = frames(&mut enc, first, &run.info, &mut head);
     let state = (run, enc, finished);
     let body = stream::once(async move { Ok::<_, std::convert::Infallible>(head.concat()) });
@@ -371,7 +407,10 @@ pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) 
         }
         let mut out = Vec::new();
         let fin = match run.rx.recv().await {
-            Some(ev) => frames(&mut enc, ev, &run.info, &mut out),
+            Some(ev) => {
+                run.observe(&ev);
+                frames(&mut enc, ev, &run.info, &mut out)
+            }
             None => {
                 out.push(enc.error("the generation ended without a result"));
                 true
@@ -395,7 +434,6 @@ fn frames<E: Encoder>(enc: &mut E, ev: Event, info: &RunInfo, out: &mut Vec<Stri
             false
         }
         Event::Done(s) => {
-            crate::metrics::METRICS.record_generation(&s, info.started.elapsed());
             out.extend(enc.done(&s, info));
             true
         }

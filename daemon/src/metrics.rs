@@ -1,17 +1,21 @@
 //! `GET /metrics`: the daemon's counters in Prometheus' text exposition format (version 0.0.4).
 //!
 //! One process-wide [`METRICS`] registry, fed by small hooks: the `count_requests` middleware
-//! (requests by route and status), the end of every generation (`record_generation`: tokens,
-//! rates, time to first token), embeddings, the scheduler (loads, unloads) and pulls (bytes).
-//! Gauges (queue depth, busy slots, loaded models) are read from the scheduler at scrape time.
-//! Route labels are the router's templates (`/v1/models/{*model}`), so a client cannot grow the
-//! label set.
+//! (requests by route and status; it also stamps each request's arrival, [`arrival`]), the
+//! first token a generation sends (`record_first_token`: the observed time to first token), the
+//! end of every generation (`record_generation`: tokens, rates), embeddings, the scheduler
+//! (loads, unloads) and pulls (bytes). Gauges (queue depth, busy slots, loaded models) are read
+//! from the scheduler at scrape time.
+//!
+//! Labels come from the server, never from a client: routes are the router's templates
+//! (`/v1/models/{*model}`) and `model` is the canonical name of a model in the store (as
+//! `/api/ps` shows it), so the label set is bounded by the store.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
@@ -53,16 +57,26 @@ impl Histogram {
             .fetch_add((v * 1e6).round() as u64, Ordering::Relaxed);
     }
 
-    fn write(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    /// The samples of one series; `labels` is empty or `key="value",` pairs each ending in a
+    /// comma.
+    fn write_series(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
         for (i, c) in self.counts.iter().enumerate() {
             cum += c.load(Ordering::Relaxed);
             let le = self.bounds.get(i).map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cum}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{le}\"}} {cum}");
         }
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {cum}");
+        let braces = |l: &str| match l.strip_suffix(',') {
+            Some(l) => format!("{{{l}}}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{} {sum}\n{name}_count{} {cum}",
+            braces(labels),
+            braces(labels)
+        );
     }
 }
 
@@ -73,80 +87,132 @@ const RATES: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
 ];
 
-/// Every metric the daemon keeps.
-pub struct Metrics {
-    /// (route, method, status) -> count.
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    pub prompt_tokens: AtomicU64,
-    pub cached_prompt_tokens: AtomicU64,
-    pub eval_tokens: AtomicU64,
-    pub embedding_tokens: AtomicU64,
-    prompt_micros: AtomicU64,
-    eval_micros: AtomicU64,
-    pub generations: AtomicU64,
+/// The metrics of one model.
+pub struct ModelMetrics {
+    pub generations: u64,
+    /// Prompt tokens of finished generations (tokens in), cached ones included.
+    pub prompt_tokens: u64,
+    pub cached_prompt_tokens: u64,
+    /// Tokens generated (tokens out).
+    pub eval_tokens: u64,
+    pub embedding_tokens: u64,
+    prompt_micros: u64,
+    eval_micros: u64,
+    pub loads: u64,
+    pub unloads: u64,
+    /// Observed: from the request's arrival to its first generated token handed to the client.
     pub ttft: Histogram,
     pub prompt_rate: Histogram,
     pub eval_rate: Histogram,
-    pub model_loads: AtomicU64,
-    pub model_unloads: AtomicU64,
+}
+
+impl Default for ModelMetrics {
+    fn default() -> Self {
+        ModelMetrics {
+            generations: 0,
+            prompt_tokens: 0,
+            cached_prompt_tokens: 0,
+            eval_tokens: 0,
+            embedding_tokens: 0,
+            prompt_micros: 0,
+            eval_micros: 0,
+            loads: 0,
+            unloads: 0,
+            ttft: Histogram::new(SECONDS),
+            prompt_rate: Histogram::new(RATES),
+            eval_rate: Histogram::new(RATES),
+        }
+    }
+}
+
+/// Every metric the daemon keeps.
+#[derive(Default)]
+pub struct Metrics {
+    /// (route, method, status) -> count.
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// Model name -> its metrics.
+    models: Mutex<BTreeMap<String, ModelMetrics>>,
     pub pull_bytes: AtomicU64,
 }
 
 /// The process's metrics.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
-    requests: Mutex::new(BTreeMap::new()),
-    prompt_tokens: AtomicU64::new(0),
-    cached_prompt_tokens: AtomicU64::new(0),
-    eval_tokens: AtomicU64::new(0),
-    embedding_tokens: AtomicU64::new(0),
-    prompt_micros: AtomicU64::new(0),
-    eval_micros: AtomicU64::new(0),
-    generations: AtomicU64::new(0),
-    ttft: Histogram::new(SECONDS),
-    prompt_rate: Histogram::new(RATES),
-    eval_rate: Histogram::new(RATES),
-    model_loads: AtomicU64::new(0),
-    model_unloads: AtomicU64::new(0),
-    pull_bytes: AtomicU64::new(0),
-});
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
 
 fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+tokio::task_local! {
+    /// When the request being handled arrived (set by [`count_requests`]).
+    static ARRIVAL: Instant;
+}
+
+/// When the request this task is handling arrived: its head was read, before its body (so a
+/// slow upload, a wait for the body and every check count in the time to first token and in
+/// `total_duration`). `Instant::now()` outside a request.
+pub fn arrival() -> Instant {
+    ARRIVAL.try_with(|t| *t).unwrap_or_else(|_| Instant::now())
+}
+
 impl Metrics {
     pub fn count_request(&self, route: &str, method: &str, status: u16) {
-        let mut m = self.requests.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry((route.to_string(), method.to_string(), status))
+        *lock(&self.requests)
+            .entry((route.to_string(), method.to_string(), status))
             .or_insert(0) += 1;
     }
 
-    /// A finished generation, `since_arrival` after its request arrived. The eval time runs
-    /// from the first token to the end, so the first token came `since_arrival - eval` in.
-    pub fn record_generation(&self, s: &Summary, since_arrival: Duration) {
+    /// Runs `f` on `model`'s metrics (created on first use).
+    pub fn with_model<R>(&self, model: &str, f: impl FnOnce(&mut ModelMetrics) -> R) -> R {
+        let mut models = lock(&self.models);
+        if !models.contains_key(model) {
+            models.insert(model.to_string(), ModelMetrics::default());
+        }
+        f(models.get_mut(model).expect("inserted above"))
+    }
+
+    /// A generation of `model` handed its first generated token to the client
+    /// `since_arrival` after its request arrived.
+    pub fn record_first_token(&self, model: &str, since_arrival: Duration) {
+        self.with_model(model, |m| m.ttft.observe(since_arrival.as_secs_f64()));
+    }
+
+    /// A finished generation of `model`.
+    pub fn record_generation(&self, model: &str, s: &Summary) {
         let evaluated = s.prompt_tokens.saturating_sub(s.cached_tokens) as u64;
         let generated = s.generated.len() as u64;
-        self.generations.fetch_add(1, Ordering::Relaxed);
-        self.prompt_tokens
-            .fetch_add(s.prompt_tokens as u64, Ordering::Relaxed);
-        self.cached_prompt_tokens
-            .fetch_add(s.cached_tokens as u64, Ordering::Relaxed);
-        self.eval_tokens.fetch_add(generated, Ordering::Relaxed);
-        self.prompt_micros
-            .fetch_add(micros(s.prompt_duration), Ordering::Relaxed);
-        self.eval_micros
-            .fetch_add(micros(s.eval_duration), Ordering::Relaxed);
-        self.ttft
-            .observe(since_arrival.saturating_sub(s.eval_duration).as_secs_f64());
-        if evaluated > 0 && !s.prompt_duration.is_zero() {
-            self.prompt_rate
-                .observe(evaluated as f64 / s.prompt_duration.as_secs_f64());
-        }
-        // The first token comes with the prompt; the rate is over the rest.
-        if generated > 1 && !s.eval_duration.is_zero() {
-            self.eval_rate
-                .observe((generated - 1) as f64 / s.eval_duration.as_secs_f64());
-        }
+        self.with_model(model, |m| {
+            m.generations += 1;
+            m.prompt_tokens += s.prompt_tokens as u64;
+            m.cached_prompt_tokens += s.cached_tokens as u64;
+            m.eval_tokens += generated;
+            m.prompt_micros += micros(s.prompt_duration);
+            m.eval_micros += micros(s.eval_duration);
+            if evaluated > 0 && !s.prompt_duration.is_zero() {
+                m.prompt_rate
+                    .observe(evaluated as f64 / s.prompt_duration.as_secs_f64());
+            }
+            // The first token comes with the prompt; the rate is over the rest.
+            if generated > 1 && !s.eval_duration.is_zero() {
+                m.eval_rate
+                    .observe((generated - 1) as f64 / s.eval_duration.as_secs_f64());
+            }
+        });
+    }
+
+    pub fn record_embedding(&self, model: &str, tokens: u64) {
+        self.with_model(model, |m| m.embedding_tokens += tokens);
+    }
+
+    pub fn model_loaded(&self, model: &str) {
+        self.with_model(model, |m| m.loads += 1);
+    }
+
+    pub fn model_unloaded(&self, model: &str) {
+        self.with_model(model, |m| m.unloads += 1);
     }
 
     /// Counts the bytes a pull's progress reports, once each: the callback remembers how far
@@ -161,7 +227,7 @@ impl Metrics {
                 digest, completed, ..
             } = &p
             {
-                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let mut seen = lock(&seen);
                 let last = seen.entry(digest.to_string()).or_insert(0);
                 if *completed > *last {
                     self.pull_bytes.fetch_add(completed - *last, Ordering::Relaxed);
@@ -175,17 +241,49 @@ impl Metrics {
     /// The exposition text, with the scheduler's gauges.
     pub fn render(&self, st: &AppState) -> String {
         let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        let gauge = |out: &mut String, name: &str, help: &str, v: f64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        let _ = writeln!(
-            out,
-            "# HELP ollamars_requests_total HTTP requests answered, by route, method and status.\n# TYPE ollamars_requests_total counter"
+        self.write_counters(&mut out);
+        head(
+            &mut out,
+            "ollamars_queue_depth",
+            "gauge",
+            "Requests waiting for a model or a slot, by the model they want.",
         );
-        for ((route, method, status), n) in self.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for (model, n) in st.sched.queued_by_model() {
+            let _ = writeln!(out, "ollamars_queue_depth{{model=\"{}\"}} {n}", escape(&model));
+        }
+        let slots = st.sched.slot_usage();
+        head(
+            &mut out,
+            "ollamars_slots_busy",
+            "gauge",
+            "Slots serving a request, by loaded model.",
+        );
+        for (model, busy, _) in &slots {
+            let _ = writeln!(out, "ollamars_slots_busy{{model=\"{}\"}} {busy}", escape(model));
+        }
+        head(
+            &mut out,
+            "ollamars_slots_total",
+            "gauge",
+            "Slots of each loaded model.",
+        );
+        for (model, _, total) in &slots {
+            let _ = writeln!(out, "ollamars_slots_total{{model=\"{}\"}} {total}", escape(model));
+        }
+        head(&mut out, "ollamars_models_loaded", "gauge", "Models loaded now.");
+        let _ = writeln!(out, "ollamars_models_loaded {}", slots.len());
+        out
+    }
+
+    /// Everything but the scheduler's gauges.
+    fn write_counters(&self, out: &mut String) {
+        head(
+            out,
+            "ollamars_requests_total",
+            "counter",
+            "HTTP requests answered, by route, method and status.",
+        );
+        for ((route, method, status), n) in lock(&self.requests).iter() {
             let _ = writeln!(
                 out,
                 "ollamars_requests_total{{endpoint=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
@@ -193,106 +291,110 @@ impl Metrics {
                 escape(method)
             );
         }
-        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        counter(
-            &mut out,
-            "ollamars_generations_total",
-            "Generations finished.",
-            ld(&self.generations),
-        );
-        counter(
-            &mut out,
-            "ollamars_prompt_tokens_total",
-            "Prompt tokens of finished generations (tokens in), cached ones included.",
-            ld(&self.prompt_tokens),
-        );
-        counter(
-            &mut out,
-            "ollamars_prompt_cached_tokens_total",
-            "Prompt tokens reused from a slot's cache instead of evaluated.",
-            ld(&self.cached_prompt_tokens),
-        );
-        counter(
-            &mut out,
-            "ollamars_eval_tokens_total",
-            "Tokens generated (tokens out).",
-            ld(&self.eval_tokens),
-        );
-        counter(
-            &mut out,
-            "ollamars_embedding_tokens_total",
-            "Tokens embedded.",
-            ld(&self.embedding_tokens),
-        );
-        let _ = writeln!(
+        {
+            let models = lock(&self.models);
+            let per_model = |out: &mut String,
+                             name: &str,
+                             kind: &str,
+                             help: &str,
+                             v: &dyn Fn(&ModelMetrics) -> String| {
+                head(out, name, kind, help);
+                for (model, m) in models.iter() {
+                    let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), v(m));
+                }
+            };
+            let counters: [CounterFamily; 7] = [
+                ("ollamars_generations_total", "Generations finished.", |m| {
+                    m.generations
+                }),
+                (
+                    "ollamars_prompt_tokens_total",
+                    "Prompt tokens of finished generations (tokens in), cached ones included.",
+                    |m| m.prompt_tokens,
+                ),
+                (
+                    "ollamars_prompt_cached_tokens_total",
+                    "Prompt tokens reused from a slot's cache instead of evaluated.",
+                    |m| m.cached_prompt_tokens,
+                ),
+                (
+                    "ollamars_eval_tokens_total",
+                    "Tokens generated (tokens out).",
+                    |m| m.eval_tokens,
+                ),
+                ("ollamars_embedding_tokens_total", "Tokens embedded.", |m| {
+                    m.embedding_tokens
+                }),
+                ("ollamars_model_loads_total", "Times the model was loaded.", |m| {
+                    m.loads
+                }),
+                (
+                    "ollamars_model_unloads_total",
+                    "Times the model was unloaded.",
+                    |m| m.unloads,
+                ),
+            ];
+            for (name, help, f) in counters {
+                per_model(out, name, "counter", help, &|m| f(m).to_string());
+            }
+            per_model(
+                out,
+                "ollamars_prompt_eval_seconds_total",
+                "counter",
+                "Time spent evaluating prompts.",
+                &|m| (m.prompt_micros as f64 / 1e6).to_string(),
+            );
+            per_model(
+                out,
+                "ollamars_eval_seconds_total",
+                "counter",
+                "Time spent generating tokens after the first.",
+                &|m| (m.eval_micros as f64 / 1e6).to_string(),
+            );
+            let histograms: [HistogramFamily; 3] = [
+                (
+                    "ollamars_time_to_first_token_seconds",
+                    "Observed from a request's arrival to its first generated token sent (queue, load, prompt).",
+                    |m| &m.ttft,
+                ),
+                (
+                    "ollamars_prompt_tokens_per_second",
+                    "Prompt evaluation speed per generation (evaluated tokens / prompt time).",
+                    |m| &m.prompt_rate,
+                ),
+                (
+                    "ollamars_eval_tokens_per_second",
+                    "Generation speed per generation (tokens after the first / eval time).",
+                    |m| &m.eval_rate,
+                ),
+            ];
+            for (name, help, f) in histograms {
+                head(out, name, "histogram", help);
+                for (model, m) in models.iter() {
+                    f(m).write_series(out, name, &format!("model=\"{}\",", escape(model)));
+                }
+            }
+        }
+        head(
             out,
-            "# HELP ollamars_prompt_eval_seconds_total Time spent evaluating prompts.\n# TYPE ollamars_prompt_eval_seconds_total counter\nollamars_prompt_eval_seconds_total {}",
-            ld(&self.prompt_micros) as f64 / 1e6
-        );
-        let _ = writeln!(
-            out,
-            "# HELP ollamars_eval_seconds_total Time spent generating tokens after the first.\n# TYPE ollamars_eval_seconds_total counter\nollamars_eval_seconds_total {}",
-            ld(&self.eval_micros) as f64 / 1e6
-        );
-        self.ttft.write(
-            &mut out,
-            "ollamars_time_to_first_token_seconds",
-            "From a request's arrival to its first token (queue, load, prompt).",
-        );
-        self.prompt_rate.write(
-            &mut out,
-            "ollamars_prompt_tokens_per_second",
-            "Prompt evaluation speed per generation (evaluated tokens / prompt time).",
-        );
-        self.eval_rate.write(
-            &mut out,
-            "ollamars_eval_tokens_per_second",
-            "Generation speed per generation (tokens after the first / eval time).",
-        );
-        counter(
-            &mut out,
-            "ollamars_model_loads_total",
-            "Models loaded.",
-            ld(&self.model_loads),
-        );
-        counter(
-            &mut out,
-            "ollamars_model_unloads_total",
-            "Models unloaded.",
-            ld(&self.model_unloads),
-        );
-        counter(
-            &mut out,
             "ollamars_pull_bytes_total",
+            "counter",
             "Blob bytes pulled from registries.",
-            ld(&self.pull_bytes),
         );
-        gauge(
-            &mut out,
-            "ollamars_queue_depth",
-            "Requests waiting for a model or a slot.",
-            st.sched.queued() as f64,
+        let _ = writeln!(
+            out,
+            "ollamars_pull_bytes_total {}",
+            self.pull_bytes.load(Ordering::Relaxed)
         );
-        gauge(
-            &mut out,
-            "ollamars_slots_busy",
-            "Slots serving a request, over all loaded models.",
-            st.sched.busy_slots() as f64,
-        );
-        gauge(
-            &mut out,
-            "ollamars_slots_total",
-            "Slots of all loaded models.",
-            st.sched.total_slots() as f64,
-        );
-        gauge(
-            &mut out,
-            "ollamars_models_loaded",
-            "Models loaded now.",
-            st.sched.status().len() as f64,
-        );
-        out
     }
+}
+
+/// A per-model family: name, help and how to read it from a model's metrics.
+type CounterFamily = (&'static str, &'static str, fn(&ModelMetrics) -> u64);
+type HistogramFamily = (&'static str, &'static str, fn(&ModelMetrics) -> &Histogram);
+
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// Escapes a label value (backslash, quote, newline).
@@ -318,7 +420,7 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
         .map_or("other", |m| m.as_str())
         .to_string();
     let method = req.method().as_str().to_string();
-    let resp = next.run(req).await;
+    let resp = ARRIVAL.scope(Instant::now(), next.run(req)).await;
     METRICS.count_request(&route, &method, resp.status().as_u16());
     resp
 }
@@ -336,32 +438,94 @@ mod tests {
             h.observe(v);
         }
         let mut out = String::new();
-        h.write(&mut out, "x", "help");
-        assert!(out.contains("# TYPE x histogram"), "{out}");
+        h.write_series(&mut out, "x", "");
         assert!(out.contains("x_bucket{le=\"0.1\"} 1\n"), "{out}");
         assert!(out.contains("x_bucket{le=\"1\"} 3\n"), "{out}");
         assert!(out.contains("x_bucket{le=\"+Inf\"} 4\n"), "{out}");
         assert!(out.contains("x_sum 4.25\nx_count 4\n"), "{out}");
+        let mut out = String::new();
+        h.write_series(&mut out, "x", "model=\"m\",");
+        assert!(out.contains("x_bucket{model=\"m\",le=\"1\"} 3\n"), "{out}");
+        assert!(
+            out.contains("x_sum{model=\"m\"} 4.25\nx_count{model=\"m\"} 4\n"),
+            "{out}"
+        );
+    }
+
+    fn summary(prompt: usize, cached: usize, generated: usize) -> Summary {
+        Summary {
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            generated: vec![1; generated],
+            prompt_duration: Duration::from_millis(100),
+            eval_duration: Duration::from_millis(200),
+            reason: engine::stop::DoneReason::Stop,
+            context_shifts: 0,
+            slot: 0,
+        }
+    }
+
+    #[test]
+    fn model_metrics_are_kept_and_rendered_per_model() {
+        let m = Metrics::default();
+        m.record_generation("a:latest", &summary(10, 4, 5));
+        m.record_generation("a:latest", &summary(3, 0, 1));
+        m.record_generation("b:latest", &summary(7, 0, 2));
+        m.record_first_token("a:latest", Duration::from_millis(40));
+        m.record_first_token("b:latest", Duration::from_secs(3));
+        m.record_embedding("e\"vil", 9);
+        m.model_loaded("a:latest");
+        m.model_loaded("a:latest");
+        m.model_unloaded("a:latest");
+        let mut out = String::new();
+        m.write_counters(&mut out);
+        for needle in [
+            "ollamars_generations_total{model=\"a:latest\"} 2\n",
+            "ollamars_generations_total{model=\"b:latest\"} 1\n",
+            "ollamars_prompt_tokens_total{model=\"a:latest\"} 13\n",
+            "ollamars_prompt_cached_tokens_total{model=\"a:latest\"} 4\n",
+            "ollamars_eval_tokens_total{model=\"a:latest\"} 6\n",
+            "ollamars_eval_tokens_total{model=\"b:latest\"} 2\n",
+            "ollamars_embedding_tokens_total{model=\"e\\\"vil\"} 9\n",
+            "ollamars_model_loads_total{model=\"a:latest\"} 2\n",
+            "ollamars_model_unloads_total{model=\"a:latest\"} 1\n",
+            "ollamars_prompt_eval_seconds_total{model=\"a:latest\"} 0.2\n",
+            "ollamars_time_to_first_token_seconds_bucket{model=\"a:latest\",le=\"0.05\"} 1\n",
+            "ollamars_time_to_first_token_seconds_bucket{model=\"b:latest\",le=\"2.5\"} 0\n",
+            "ollamars_time_to_first_token_seconds_bucket{model=\"b:latest\",le=\"5\"} 1\n",
+            "ollamars_time_to_first_token_seconds_count{model=\"b:latest\"} 1\n",
+            // 6 then 3 prompt tokens evaluated in 0.1 s (60/s, 30/s); 4 tokens after the
+            // first in 0.2 s (20/s; the one-token generation has no eval rate).
+            "ollamars_prompt_tokens_per_second_bucket{model=\"a:latest\",le=\"50\"} 1\n",
+            "ollamars_prompt_tokens_per_second_bucket{model=\"a:latest\",le=\"100\"} 2\n",
+            "ollamars_eval_tokens_per_second_bucket{model=\"a:latest\",le=\"20\"} 1\n",
+            "ollamars_eval_tokens_per_second_count{model=\"a:latest\"} 1\n",
+        ] {
+            assert!(out.contains(needle), "{needle} missing:\n{out}");
+        }
+        // One HELP/TYPE per family, however many models.
+        assert_eq!(
+            out.matches("# TYPE ollamars_eval_tokens_total counter").count(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn arrival_is_the_request_start_inside_a_request_and_now_outside() {
+        let t = Instant::now();
+        let inside = ARRIVAL
+            .scope(t, async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                arrival()
+            })
+            .await;
+        assert_eq!(inside, t);
+        assert!(arrival() >= t + Duration::from_millis(20));
     }
 
     #[test]
     fn pull_bytes_count_each_byte_once() {
-        static M: LazyLock<Metrics> = LazyLock::new(|| Metrics {
-            requests: Mutex::new(BTreeMap::new()),
-            prompt_tokens: AtomicU64::new(0),
-            cached_prompt_tokens: AtomicU64::new(0),
-            eval_tokens: AtomicU64::new(0),
-            embedding_tokens: AtomicU64::new(0),
-            prompt_micros: AtomicU64::new(0),
-            eval_micros: AtomicU64::new(0),
-            generations: AtomicU64::new(0),
-            ttft: Histogram::new(SECONDS),
-            prompt_rate: Histogram::new(RATES),
-            eval_rate: Histogram::new(RATES),
-            model_loads: AtomicU64::new(0),
-            model_unloads: AtomicU64::new(0),
-            pull_bytes: AtomicU64::new(0),
-        });
+        static M: LazyLock<Metrics> = LazyLock::new(Metrics::default);
         let seen = Arc::new(AtomicU64::new(0));
         let s2 = seen.clone();
         let cb = M.counting_pull(Arc::new(move |_| {
@@ -417,14 +581,14 @@ mod tests {
             "ollamars_requests_total{endpoint=\"/api/tags\",method=\"GET\",status=\"200\"}",
             "ollamars_requests_total{endpoint=\"/metrics\",method=\"GET\",status=\"401\"}",
             "# TYPE ollamars_time_to_first_token_seconds histogram",
-            "ollamars_eval_tokens_per_second_bucket{le=\"+Inf\"}",
-            "ollamars_prompt_tokens_total ",
-            "ollamars_eval_tokens_total ",
-            "ollamars_queue_depth 0",
-            "ollamars_slots_busy 0",
+            "# TYPE ollamars_eval_tokens_per_second histogram",
+            "# TYPE ollamars_prompt_tokens_total counter",
+            "# TYPE ollamars_eval_tokens_total counter",
+            "# TYPE ollamars_queue_depth gauge",
+            "# TYPE ollamars_slots_busy gauge",
             "ollamars_models_loaded 0",
-            "ollamars_model_loads_total ",
-            "ollamars_model_unloads_total ",
+            "# TYPE ollamars_model_loads_total counter",
+            "# TYPE ollamars_model_unloads_total counter",
             "ollamars_pull_bytes_total ",
         ] {
             assert!(text.contains(needle), "{needle} missing:\n{text}");

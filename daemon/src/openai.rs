@@ -6,7 +6,7 @@
 //! sent as an extension.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -324,7 +324,7 @@ pub fn decode_chat_completion(body: &[u8]) -> ApiResult<ChatCall> {
 }
 
 pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = crate::metrics::arrival();
     answer(
         async {
             let req: ChatCompletionRequest = parse_body(&body)?;
@@ -580,7 +580,7 @@ pub fn decode_completion(body: &[u8]) -> ApiResult<GenerateCall> {
 }
 
 pub async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = crate::metrics::arrival();
     answer(
         async {
             let req: CompletionRequest = parse_body(&body)?;

@@ -123,6 +123,11 @@ impl Loaded {
         Ok(f)
     }
 
+    /// The name the model was last used by (as `/api/ps` shows it).
+    pub fn name(&self) -> String {
+        lock(&self.state).name.clone()
+    }
+
     fn is_idle(&self) -> bool {
         lock(&self.state).refs == 0
     }
@@ -136,14 +141,22 @@ pub struct Lease {
     pub load_duration: Duration,
 }
 
-/// A place in the queue of requests waiting for a model or a slot.
+/// A place in the queue of requests waiting for a model (named) or a slot.
 pub struct Ticket {
     sched: Arc<Scheduler>,
+    model: String,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.sched.waiting.fetch_sub(1, Ordering::Relaxed);
+        let mut by = lock(&self.sched.waiting_by_model);
+        if let Some(n) = by.get_mut(&self.model) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&self.model);
+            }
+        }
     }
 }
 
@@ -191,6 +204,8 @@ pub struct Scheduler {
     changed: Notify,
     load_lock: tokio::sync::Mutex<()>,
     waiting: AtomicUsize,
+    /// The same, by the model they want (for `/metrics`).
+    waiting_by_model: Mutex<std::collections::BTreeMap<String, usize>>,
 }
 
 /// Far enough ahead to read as "forever" (Ollama's CLI says Forever past 20 years).
@@ -204,6 +219,7 @@ impl Scheduler {
             changed: Notify::new(),
             load_lock: tokio::sync::Mutex::new(()),
             waiting: AtomicUsize::new(0),
+            waiting_by_model: Mutex::default(),
         })
     }
 
@@ -211,10 +227,14 @@ impl Scheduler {
         &self.cfg
     }
 
-    /// Joins the queue of waiting requests, or 503 when it is full.
-    pub fn enqueue(self: &Arc<Self>) -> Result<Ticket, ApiError> {
+    /// Joins the queue of requests waiting for `model`, or 503 when it is full.
+    pub fn enqueue(self: &Arc<Self>, model: &str) -> Result<Ticket, ApiError> {
         let n = self.waiting.fetch_add(1, Ordering::Relaxed);
-        let ticket = Ticket { sched: self.clone() };
+        *lock(&self.waiting_by_model).entry(model.to_string()).or_insert(0) += 1;
+        let ticket = Ticket {
+            sched: self.clone(),
+            model: model.to_string(),
+        };
         if n >= self.cfg.max_queue {
             return Err(ApiError::busy());
         }
@@ -224,6 +244,14 @@ impl Scheduler {
     /// Requests waiting for a model or a slot.
     pub fn queued(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting, by the model they want (models nobody waits for left out).
+    pub fn queued_by_model(&self) -> Vec<(String, usize)> {
+        lock(&self.waiting_by_model)
+            .iter()
+            .map(|(m, n)| (m.clone(), *n))
+            .collect()
     }
 
     /// The model loaded for `want` (loading it first if needed).
@@ -302,9 +330,7 @@ impl Scheduler {
             }
             let loaded = self.load(model, n_ctx, n_slots, est, want).await?;
             lock(&self.loaded).insert(want.path.clone(), loaded.clone());
-            crate::metrics::METRICS
-                .model_loads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::metrics::METRICS.model_loaded(&want.name);
             tracing::info!(model = %want.name, n_ctx, n_slots, size = est, "model loaded");
             return Ok(self.lease(loaded, t0));
         }
@@ -461,9 +487,7 @@ impl Scheduler {
         drop(loaded);
         let runner = lock(&l.runner).take();
         if runner.is_some() {
-            crate::metrics::METRICS
-                .model_unloads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::metrics::METRICS.model_unloaded(&l.name());
         }
         runner
     }
@@ -505,6 +529,19 @@ impl Scheduler {
     /// Slots of all loaded models.
     pub fn total_slots(&self) -> usize {
         lock(&self.loaded).values().map(|l| l.n_slots as usize).sum()
+    }
+
+    /// Each loaded model's name, busy slots and slots.
+    pub fn slot_usage(&self) -> Vec<(String, usize, usize)> {
+        let mut out: Vec<_> = lock(&self.loaded)
+            .values()
+            .map(|l| {
+                let total = l.n_slots as usize;
+                (l.name(), total.saturating_sub(l.slots.available_permits()), total)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// The loaded models, longest remaining time first.

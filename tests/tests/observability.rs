@@ -1,16 +1,28 @@
-//! `GET /metrics` on a live daemon: after a generation and an embedding, the counters and
-//! histograms have moved by what those requests did.
+//! `GET /metrics` on a live daemon: after real requests the counters, histograms and gauges
+//! have moved by what those requests did, per model.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use ollamars_tests::{models, Daemon};
 use serde_json::json;
 
-/// The value of an unlabelled sample.
-fn sample(text: &str, name: &str) -> f64 {
+/// The value of a sample (`name` with its labels, as rendered).
+fn sample(text: &str, series: &str) -> f64 {
+    try_sample(text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
+}
+
+fn try_sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
-        .parse()
-        .unwrap()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .map(|v| v.parse().unwrap())
+}
+
+const TINY: &str = "{model=\"tiny:latest\"}";
+
+fn metric(name: &str) -> String {
+    format!("{name}{TINY}")
 }
 
 #[test]
@@ -24,17 +36,32 @@ fn metrics_count_generations_tokens_loads_and_requests() {
     );
     let generated = r["eval_count"].as_u64().unwrap() as f64;
     let prompt = r["prompt_eval_count"].as_u64().unwrap() as f64;
+    let e = d.post_ok(
+        "/api/embed",
+        &json!({"model": "tiny", "input": "a few words to embed"}),
+    );
+    let embedded = e["prompt_eval_count"].as_u64().unwrap() as f64;
     let resp = d.get("/metrics");
     assert_eq!(resp.status(), 200);
     let text = resp.text().unwrap();
-    assert_eq!(sample(&text, "ollamars_generations_total"), 1.0);
-    assert_eq!(sample(&text, "ollamars_eval_tokens_total"), generated);
-    assert_eq!(sample(&text, "ollamars_prompt_tokens_total"), prompt);
-    assert_eq!(sample(&text, "ollamars_time_to_first_token_seconds_count"), 1.0);
-    assert!(sample(&text, "ollamars_time_to_first_token_seconds_sum") > 0.0);
-    assert_eq!(sample(&text, "ollamars_eval_tokens_per_second_count"), 1.0);
-    assert!(sample(&text, "ollamars_model_loads_total") >= 1.0);
-    assert_eq!(sample(&text, "ollamars_queue_depth"), 0.0);
+    assert_eq!(sample(&text, &metric("ollamars_generations_total")), 1.0);
+    assert_eq!(sample(&text, &metric("ollamars_eval_tokens_total")), generated);
+    assert_eq!(sample(&text, &metric("ollamars_prompt_tokens_total")), prompt);
+    assert_eq!(
+        sample(&text, &metric("ollamars_embedding_tokens_total")),
+        embedded
+    );
+    assert!(embedded > 0.0);
+    assert_eq!(
+        sample(&text, &metric("ollamars_time_to_first_token_seconds_count")),
+        1.0
+    );
+    assert!(sample(&text, &metric("ollamars_time_to_first_token_seconds_sum")) > 0.0);
+    assert_eq!(
+        sample(&text, &metric("ollamars_eval_tokens_per_second_count")),
+        1.0
+    );
+    assert!(sample(&text, &metric("ollamars_model_loads_total")) >= 1.0);
     assert!(
         text.contains("ollamars_requests_total{endpoint=\"/api/generate\",method=\"POST\",status=\"200\"} 1"),
         "{text}"
@@ -46,14 +73,128 @@ fn metrics_count_generations_tokens_loads_and_requests() {
         "{text}"
     );
     // keep_alive 0: the model unloads once the request is done.
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     loop {
         let text = d.get("/metrics").text().unwrap();
-        if sample(&text, "ollamars_model_unloads_total") >= 1.0 {
+        if sample(&text, &metric("ollamars_model_unloads_total")) >= 1.0 {
             assert_eq!(sample(&text, "ollamars_models_loaded"), 0.0);
+            assert!(!text.contains("ollamars_slots_total{"), "{text}");
             break;
         }
         assert!(t0.elapsed().as_secs() < 30, "never unloaded:\n{text}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The time to first token is observed from the request's arrival: a body that comes 400 ms
+/// after the request's head counts, and the figure is no more than the client saw.
+#[test]
+fn time_to_first_token_runs_from_arrival_to_the_first_token_sent() {
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    // Loaded first, so the figure is not a load time.
+    d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "", "stream": false}),
+    );
+    let body =
+        json!({"model": "tiny", "prompt": "hello", "options": {"num_predict": 3, "seed": 1}}).to_string();
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", d.port())).unwrap();
+    write!(
+        s,
+        "POST /api/generate HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        d.host(),
+        body.len()
+    )
+    .unwrap();
+    s.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    s.write_all(body.as_bytes()).unwrap();
+    // The first NDJSON line (chunked): the first token.
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    let mut first_token_at = None;
+    while r.read_line(&mut line).unwrap() > 0 {
+        if line.starts_with("{\"model\"") {
+            first_token_at = Some(t0.elapsed());
+            break;
+        }
+        line.clear();
+    }
+    let seen = first_token_at.expect("no NDJSON line");
+    let text = d.get("/metrics").text().unwrap();
+    assert_eq!(
+        sample(&text, &metric("ollamars_time_to_first_token_seconds_count")),
+        1.0,
+        "{text}"
+    );
+    let ttft = sample(&text, &metric("ollamars_time_to_first_token_seconds_sum"));
+    assert!(ttft >= 0.4, "the wait for the body is not counted: {ttft} s");
+    assert!(
+        ttft <= seen.as_secs_f64(),
+        "{ttft} s measured, the client saw {seen:?}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "ollamars_time_to_first_token_seconds_bucket{model=\"tiny:latest\",le=\"0.25\"}"
+        ),
+        0.0
+    );
+}
+
+/// Queue depth and busy slots are per model and follow what the daemon is doing.
+#[test]
+fn queue_depth_and_busy_slots_per_model() {
+    let d = Daemon::builder().env("OLLAMARS_NUM_PARALLEL", "1").start();
+    d.create_model("tiny", &models::tiny_llama());
+    let long = json!({"model": "tiny", "prompt": "count", "stream": true,
+                      "options": {"num_predict": 100000, "temperature": 0}});
+    // Holds the only slot until dropped (dropping the stream cancels it; greedy, so whether it
+    // meets an end token is fixed, and it does not).
+    let first = d.post("/api/generate", &long);
+    assert_eq!(first.status(), 200);
+    let second = {
+        let (client, url) = (d.client().clone(), d.url("/api/generate"));
+        let body = json!({"model": "tiny", "prompt": "hi", "stream": false, "options": {"num_predict": 2}});
+        std::thread::spawn(move || client.post(url).json(&body).send().map(|r| r.status().as_u16()))
+    };
+    let t0 = Instant::now();
+    loop {
+        let text = d.get("/metrics").text().unwrap();
+        let queued = try_sample(&text, &metric("ollamars_queue_depth"));
+        if queued == Some(1.0) {
+            assert_eq!(sample(&text, &metric("ollamars_slots_busy")), 1.0, "{text}");
+            assert_eq!(sample(&text, &metric("ollamars_slots_total")), 1.0, "{text}");
+            assert_eq!(sample(&text, "ollamars_models_loaded"), 1.0, "{text}");
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the second request never queued:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(first);
+    assert_eq!(second.join().unwrap().unwrap(), 200);
+    let t0 = Instant::now();
+    loop {
+        let text = d.get("/metrics").text().unwrap();
+        if try_sample(&text, &metric("ollamars_slots_busy")) == Some(0.0) {
+            assert!(
+                try_sample(&text, &metric("ollamars_queue_depth")).is_none(),
+                "{text}"
+            );
+            // The cancelled generation did not finish.
+            assert_eq!(
+                sample(&text, &metric("ollamars_generations_total")),
+                1.0,
+                "{text}"
+            );
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 30, "the slot stayed busy:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
