@@ -63,6 +63,9 @@ pub struct ChatCall {
     pub common: CallCommon,
     pub messages: Vec<Message>,
     pub tools: Vec<Tool>,
+    /// Tools the reply must call (OpenAI's `tool_choice`: all of `tools` for `"required"`, the
+    /// named one for a function): decoding is constrained to calls of these. `None`: free.
+    pub required_tools: Option<Vec<Tool>>,
 }
 
 /// The model, options and lease a generation starts from.
@@ -131,6 +134,7 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         common: c,
         messages,
         tools,
+        required_tools,
     } = call;
     let empty = messages.is_empty();
     let Ready {
@@ -197,6 +201,7 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         format: Some(format.clone()),
         options,
         tools,
+        required_tools,
         think,
         logprobs: c.logprobs,
         shift: c.shift.unwrap_or(true),
@@ -234,6 +239,7 @@ fn chat_call(req: ChatRequest) -> ApiResult<ChatCall> {
         },
         messages,
         tools: tools(&req.tools),
+        required_tools: None,
     })
 }
 
@@ -385,6 +391,7 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         format: format.clone(),
         options,
         tools: Vec::new(),
+        required_tools: None,
         think,
         logprobs: c.logprobs,
         shift: c.shift.unwrap_or(true),

@@ -130,6 +130,8 @@ pub struct Plan {
     pub format: Option<Arc<ChatFormat>>,
     pub options: Options,
     pub tools: Vec<Tool>,
+    /// The reply must be calls of these tools (see `ChatCall::required_tools`).
+    pub required_tools: Option<Vec<Tool>>,
     pub think: Option<Think>,
     pub logprobs: Option<usize>,
     pub shift: bool,
@@ -242,20 +244,27 @@ pub async fn start(
 ) -> ApiResult<Running> {
     let Plan {
         lease,
+        format,
         options,
         tools,
+        required_tools,
         think,
         logprobs,
         shift,
         structured,
         info,
-        ..
     } = plan;
     let loaded = lease.loaded.clone();
     let mut sampler = Sampler::new(&options.sampling, loaded.model.n_vocab(), loaded.n_ctx as usize)
         .map_err(engine_error)?;
     if let Some(format) = &structured {
         sampler = structured::constrain(sampler, &loaded, format)?;
+    }
+    if let Some(required) = &required_tools {
+        let format = format
+            .as_deref()
+            .ok_or_else(|| ApiError::internal("tool calls are required, but the model has no chat format"))?;
+        sampler = structured::constrain_tool_calls(sampler, &loaded, format, required)?;
     }
     let limit = PredictLimit::from_num_predict(options.num_predict).map_err(engine_error)?;
     let parser = match format_parser {

@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use engine::chat::{Message, ReplyDelta, Think, ToolCall};
+use engine::chat::{Message, ReplyDelta, Think, Tool, ToolCall};
 use engine::generate::runner::{Summary, TokenLogprob};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -47,6 +47,7 @@ struct ChatCompletionRequest {
     top_p: Option<f64>,
     response_format: Option<ResponseFormat>,
     tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
     reasoning: Option<Reasoning>,
     reasoning_effort: Option<String>,
     logprobs: Option<bool>,
@@ -251,6 +252,43 @@ fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) -> Map<String
     o
 }
 
+/// What `tool_choice` asks of `tools`: the tools offered to the model, and the tools the reply
+/// must call (`None`: the model decides). `"none"` offers no tools, `"required"` requires a call
+/// of one of them, a named function a call of that one.
+fn tool_choice(choice: Option<&Value>, tools: Vec<Tool>) -> ApiResult<(Vec<Tool>, Option<Vec<Tool>>)> {
+    let invalid = |v: &Value| ApiError::bad_request(format!("Invalid value for 'tool_choice': {v}"));
+    let Some(choice) = choice.filter(|c| !c.is_null()) else {
+        return Ok((tools, None));
+    };
+    if tools.is_empty() {
+        return Err(ApiError::bad_request(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+        ));
+    }
+    match choice {
+        Value::String(s) if s == "auto" => Ok((tools, None)),
+        Value::String(s) if s == "none" => Ok((Vec::new(), None)),
+        Value::String(s) if s == "required" => {
+            let required = tools.clone();
+            Ok((tools, Some(required)))
+        }
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid(choice))?;
+            let tool = tools.iter().find(|t| t.name() == name).cloned().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Invalid value for 'tool_choice': no function named '{name}' in 'tools'"
+                ))
+            })?;
+            Ok((tools, Some(vec![tool])))
+        }
+        other => Err(invalid(other)),
+    }
+}
+
 /// A `/v1/chat/completions` body in engine terms: what the handler runs before any model is
 /// touched.
 fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
@@ -293,6 +331,19 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
             presence_penalty: req.presence_penalty,
         },
     );
+    let offered = req
+        .tools
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(Tool)
+        .collect();
+    let (tools, required_tools) = tool_choice(req.tool_choice.as_ref(), offered)?;
+    if required_tools.is_some() && format.is_some() {
+        return Err(ApiError::bad_request(
+            "'response_format' cannot be used with a 'tool_choice' that requires a tool call",
+        ));
+    }
     Ok(ChatCall {
         common: CallCommon {
             model,
@@ -307,13 +358,8 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
             n_images,
         },
         messages: msgs,
-        tools: req
-            .tools
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(engine::chat::Tool)
-            .collect(),
+        tools,
+        required_tools,
     })
 }
 
