@@ -76,7 +76,7 @@ python3 - "$results" "$bw" "$PP" "$TG" "$THREADS" <<'PY'
 import json, sys
 path, bw, pp, tg, threads = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 dec = json.JSONDecoder()
-print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | tg ours % of {bw:.1} GB/s | tg llama.cpp % |")
+print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | tg ours % of {bw:.1f} GB/s | tg llama.cpp % |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for line in open(path):
     name, size, rest = line.split(" ", 2)
@@ -91,3 +91,8 @@ for line in open(path):
 print(f"\n{threads} threads; tokens/s, mean ± stddev.")
 PY
 rm -f "$results"
+
+# Time to first token (from the start of the command, model load included, warm page cache) and
+# peak RSS against the file and KV cache sizes, for the first file.
+echo >&2 "== first token and memory: $(basename "${files[0]}")"
+"$bin" bench -m "${files[0]}" -p "$PP" -n "$TG" -t "$THREADS" -r 1 | grep -E "first token|memory"

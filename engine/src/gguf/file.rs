@@ -5,7 +5,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use super::reader::{self, Header, TensorInfo};
 use super::value::Metadata;
@@ -20,8 +20,24 @@ pub const SPLIT_TENSORS_COUNT: &str = "split.tensors.count";
 /// One GGUF file mapped into memory.
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    map: Map,
     header: Header,
+}
+
+/// A file's mapping: shared read-only, or private copy-on-write (see [`Gguf::make_writable`]).
+enum Map {
+    Shared(Mmap),
+    Private(MmapMut),
+}
+
+impl std::ops::Deref for Map {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Map::Shared(m) => m,
+            Map::Private(m) => m,
+        }
+    }
 }
 
 impl GgufFile {
@@ -44,7 +60,29 @@ impl GgufFile {
         // (blobs are immutable and replaced only by rename).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
         let header = reader::parse(&map).map_err(|e| e.in_file(&path))?;
-        Ok(GgufFile { path, map, header })
+        Ok(GgufFile {
+            path,
+            map: Map::Shared(map),
+            header,
+        })
+    }
+
+    /// Maps the file again, privately: pages written later are copied for this process (the
+    /// file itself is never written), pages only read stay shared with the page cache.
+    fn make_writable(&mut self) -> Result<()> {
+        if matches!(self.map, Map::Private(_)) {
+            return Ok(());
+        }
+        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        // SAFETY: as in `open`; a private mapping never writes to the file.
+        let map = unsafe { MmapOptions::new().map_copy(&file) }.map_err(|e| Error::io(&self.path, e))?;
+        if map.len() != self.map.len() {
+            return Err(
+                Error::UnsupportedFormat("the file changed while it was open".into()).in_file(&self.path),
+            );
+        }
+        self.map = Map::Private(map);
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -196,6 +234,23 @@ impl Gguf {
 
     pub fn tensor_data(&self, t: &Tensor) -> &[u8] {
         self.files[t.file].tensor_data(&t.info)
+    }
+
+    /// Remaps every part privately (copy-on-write), so that [`Gguf::tensor_data_mut`] can
+    /// rewrite tensors in memory (the engine repacks weights at load) without touching the file.
+    pub fn make_writable(&mut self) -> Result<()> {
+        self.files.iter_mut().try_for_each(GgufFile::make_writable)
+    }
+
+    /// The bytes of tensor `i`, writable after [`Gguf::make_writable`] (`None` before).
+    pub fn tensor_data_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let t = &self.tensors[i];
+        let f = &mut self.files[t.file];
+        let start = (f.header.data_offset + t.info.offset) as usize;
+        match &mut f.map {
+            Map::Private(m) => Some(&mut m[start..start + t.info.size as usize]),
+            Map::Shared(_) => None,
+        }
     }
 
     /// Total size of all parts in bytes.

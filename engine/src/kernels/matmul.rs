@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::gemm::{self, Panel, Tile, PANEL_ROWS};
+use super::gemm::{self, ActSide, Panel, Tile, PANEL_ROWS};
 use super::{dot_rows, row_bytes, vec_dot_type, Isa};
 use crate::quant::GgmlType;
 use crate::threads::ThreadPool;
@@ -57,28 +57,7 @@ thread_local! {
 /// `out[t * w.n_out + r] = w_r · x_t` for the `n_tokens` activation rows in `xq` (each in
 /// `vec_dot_type(w.ty)`, rows back to back).
 pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usize, out: &mut [f32]) {
-    check_product(w, xq, n_tokens, out);
-    let arb = row_bytes(vec_dot_type(w.ty), w.n);
-    assert!(
-        w.packed_rows == 0 || can_use_packed(isa, w.ty),
-        "packed {} matrix on {isa}",
-        w.ty
-    );
-    if w.n_out == 0 || n_tokens == 0 {
-        return;
-    }
-    if w.packed_rows > 0 {
-        packed(pool, isa, w, xq, arb, n_tokens, out);
-    }
-    let rows = w.packed_rows..w.n_out;
-    if rows.is_empty() {
-        return;
-    }
-    if n_tokens >= GEMM_MIN_TOKENS && gemm::expansion(w.ty).is_some() {
-        gemm(pool, isa, w, rows, xq, arb, n_tokens, out);
-    } else {
-        gemv(pool, isa, w, rows, xq, n_tokens, out);
-    }
+    matmul_many(pool, isa, n_tokens, &mut [Product { w: *w, xq, out }]);
 }
 
 /// One product of [`matmul_many`]: `out = w · x` for activation rows `xq` (in
@@ -93,20 +72,29 @@ pub struct Product<'a> {
 pub const MAX_FUSED: usize = 4;
 
 /// Several products of the same `n_tokens` tokens (Q, K and V of a layer; gate and up). Batches
-/// small enough for the row kernels run as one parallel step with the rows of all matrices as
-/// its chunks: a decode step of a small model is short enough that each start and join of the
-/// pool counts. Batches for the panel GEMM (compute-bound) go one matrix at a time.
+/// below [`GEMM_MIN_TOKENS`] (decode) run as one parallel step whose chunks are 16-row slices of
+/// all the matrices (packed groups through the packed kernels, the rest through the row
+/// kernels): a decode step of a small model is short enough that each start and join of the
+/// pool counts. Bigger batches (compute-bound) go one matrix at a time.
 pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut [Product]) {
     assert!(
         products.len() <= MAX_FUSED,
         "matmul_many: more than {MAX_FUSED} products"
     );
-    let row_kernels = |p: &Product| {
-        p.w.packed_rows == 0 && (n_tokens < GEMM_MIN_TOKENS || gemm::expansion(p.w.ty).is_none())
-    };
-    if products.len() == 1 || !products.iter().all(row_kernels) {
+    for p in products.iter() {
+        check_product(&p.w, p.xq, n_tokens, p.out);
+        assert!(
+            p.w.packed_rows == 0 || can_use_packed(isa, p.w.ty),
+            "packed {} matrix on {isa}",
+            p.w.ty
+        );
+    }
+    if n_tokens == 0 {
+        return;
+    }
+    if n_tokens >= GEMM_MIN_TOKENS {
         for p in products.iter_mut() {
-            matmul(pool, isa, &p.w, p.xq, n_tokens, p.out);
+            batch(pool, isa, &p.w, p.xq, n_tokens, p.out);
         }
         return;
     }
@@ -115,24 +103,70 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
     let chunk = rows_per_chunk(total, pool.n_threads());
     let mut first = [0usize; MAX_FUSED + 1];
     let mut dst = [Out(std::ptr::null_mut()); MAX_FUSED];
+    let mut sides: [Option<ActSide>; MAX_FUSED] = Default::default();
     for (i, p) in products.iter_mut().enumerate() {
-        check_product(&p.w, p.xq, n_tokens, p.out);
         first[i + 1] = first[i] + p.w.n_out.div_ceil(chunk);
         dst[i] = Out(p.out.as_mut_ptr());
+        if p.w.packed_rows > 0 {
+            let arb = row_bytes(vec_dot_type(p.w.ty), p.w.n);
+            sides[i] = Some(gemm::act_side(
+                p.w.ty,
+                vec_dot_type(p.w.ty),
+                p.w.n,
+                p.xq,
+                arb,
+                n_tokens,
+            ));
+        }
     }
     let n = products.len();
     let products = &*products;
     pool.for_each_chunk(first[n], 1, |chunks| {
         for c in chunks {
             let i = (0..n).rfind(|&i| first[i] <= c).expect("first[0] is 0");
-            let p = &products[i];
+            let w = &products[i].w;
             let r0 = (c - first[i]) * chunk;
-            let rows = r0..(r0 + chunk).min(p.w.n_out);
-            // SAFETY: chunk c alone writes these rows of product i's output, which the caller
-            // holds mutably until the step ends.
-            unsafe { gemv_rows(isa, &p.w, rows, p.xq, n_tokens, dst[i].ptr()) };
+            let r1 = (r0 + chunk).min(w.n_out);
+            let split = w.packed_rows.clamp(r0, r1);
+            // SAFETY: chunk c alone writes rows r0..r1 of product i's output, which the caller
+            // holds mutably until the step ends; the product passed `check_product`.
+            unsafe {
+                if r0 < split {
+                    let side = sides[i].as_ref().expect("made for packed matrices");
+                    packed_groups(
+                        isa,
+                        w,
+                        r0 / PANEL_ROWS..split / PANEL_ROWS,
+                        products[i].xq,
+                        side,
+                        n_tokens,
+                        dst[i].ptr(),
+                    );
+                }
+                if split < r1 {
+                    gemv_rows(isa, w, split..r1, products[i].xq, n_tokens, dst[i].ptr());
+                }
+            }
         }
     });
+}
+
+/// One product of a batch of [`GEMM_MIN_TOKENS`] or more tokens: packed groups, then the other
+/// rows through the panel GEMM (or the row kernels for types without one).
+fn batch(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usize, out: &mut [f32]) {
+    let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    if w.packed_rows > 0 {
+        packed(pool, isa, w, xq, arb, n_tokens, out);
+    }
+    let rows = w.packed_rows..w.n_out;
+    if rows.is_empty() {
+        return;
+    }
+    if gemm::expansion(w.ty).is_some() {
+        gemm(pool, isa, w, rows, xq, arb, n_tokens, out);
+    } else {
+        gemv(pool, isa, w, rows, xq, n_tokens, out);
+    }
 }
 
 /// The checks shared by [`matmul`] and [`matmul_many`].
@@ -244,39 +278,52 @@ fn gemm(
 fn packed(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
     let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
     let n_groups = w.packed_rows / PANEL_ROWS;
-    let args_n_tiles = w.n / w.ty.block_size() as usize;
     let dst = Out(out.as_mut_ptr());
     let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;
     pool.for_each_chunk(n_groups, chunk, |groups| {
-        for g in groups {
-            let group = &w.data[g * PANEL_ROWS * w.row_bytes..(g + 1) * PANEL_ROWS * w.row_bytes];
-            // SAFETY: the group holds 16 packed rows of `n` values (asserted by `matmul`), the side
-            // data and activations cover every token, and rows 16g..16g+16 of every token are
-            // this thread's to write.
-            unsafe {
-                #[cfg(target_arch = "x86_64")]
-                if isa == Isa::Avx512 {
-                    let args = super::x86::PkArgs {
-                        n_tiles: args_n_tiles,
-                        side: &side,
-                        xq,
-                        row_bytes: arb,
-                    };
-                    super::x86::packed_avx512(
-                        w.ty,
-                        &args,
-                        group.as_ptr(),
-                        0..n_tokens,
-                        dst.ptr().add(g * PANEL_ROWS),
-                        w.n_out,
-                    );
-                    continue;
-                }
-                let _ = (group, isa, args_n_tiles, &side);
-                unreachable!("packed matrices only on tiers with packed kernels");
-            }
-        }
+        // SAFETY: `matmul_many` checked the product; rows of these groups are this thread's.
+        unsafe { packed_groups(isa, w, groups, xq, &side, n_tokens, dst.ptr()) };
     });
+}
+
+/// Packed groups `groups` of `w` against every token, into `out` (`n_tokens` rows of `w.n_out`).
+///
+/// # Safety
+/// The product passed [`check_product`], the groups lie within `w.packed_rows`, `side` was made
+/// from `xq`, and no other thread writes these rows of `out`.
+unsafe fn packed_groups(
+    isa: Isa,
+    w: &Matrix,
+    groups: Range<usize>,
+    xq: &[u8],
+    side: &ActSide,
+    n_tokens: usize,
+    out: *mut f32,
+) {
+    let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    for g in groups {
+        let group = &w.data[g * PANEL_ROWS * w.row_bytes..(g + 1) * PANEL_ROWS * w.row_bytes];
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512 {
+            let args = super::x86::PkArgs {
+                n_tiles: w.n / w.ty.block_size() as usize,
+                side,
+                xq,
+                row_bytes: arb,
+            };
+            super::x86::packed_avx512(
+                w.ty,
+                &args,
+                group.as_ptr(),
+                0..n_tokens,
+                out.add(g * PANEL_ROWS),
+                w.n_out,
+            );
+            continue;
+        }
+        let _ = (group, isa, side, xq, n_tokens, out, arb);
+        unreachable!("packed matrices only on tiers with packed kernels");
+    }
 }
 
 /// Runs the micro-kernel of `isa` (the portable one for the scalar tier).
@@ -376,10 +423,12 @@ mod tests {
         }
     }
 
-    /// Fused products (different types and sizes, as Q/K/V of a real model) give each matrix's
-    /// own result, on the fused row-kernel step and on the one-by-one GEMM path.
+    /// Fused products (different types and sizes, as Q/K/V of a real model; packed where the
+    /// tier has packed kernels, with a row-major tail) give each matrix's own result, on the
+    /// fused decode step and on the one-by-one batch path.
     #[test]
     fn matmul_many_matches_one_by_one() {
+        use crate::kernels::packed;
         let pool = ThreadPool::new(3).unwrap();
         let mut rng = Rng::new(11);
         let n = 256;
@@ -412,18 +461,49 @@ mod tests {
                     .collect();
                 let mut want: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n_out * n_tokens]).collect();
                 for ((m, x), o) in mats.iter().zip(&xq).zip(&mut want) {
-                    matmul(&pool, isa, m, x, n_tokens, o);
+                    for t in 0..n_tokens {
+                        let a = &x[t * x.len() / n_tokens..(t + 1) * x.len() / n_tokens];
+                        dot_rows(
+                            isa,
+                            m.ty,
+                            n,
+                            m.data,
+                            m.row_bytes,
+                            a,
+                            &mut o[t * m.n_out..(t + 1) * m.n_out],
+                        );
+                    }
+                }
+                // The first and last matrices packed (skipping the middle one), where possible.
+                let mut pk = data.clone();
+                let mut fused = mats.clone();
+                for i in [0, 2] {
+                    if can_use_packed(isa, fused[i].ty) {
+                        let (ty, n_out) = shapes[i];
+                        fused[i].packed_rows =
+                            packed::pack_in_place(ty, n, &mut pk[i], n_out, &mut Vec::new());
+                    }
+                }
+                for (m, d) in fused.iter_mut().zip(&pk) {
+                    m.data = d;
                 }
                 let mut got: Vec<Vec<f32>> =
                     mats.iter().map(|m| vec![f32::NAN; m.n_out * n_tokens]).collect();
-                let mut products: Vec<Product> = mats
+                let mut products: Vec<Product> = fused
                     .iter()
                     .zip(&xq)
                     .zip(&mut got)
                     .map(|((m, x), o)| Product { w: *m, xq: x, out: o })
                     .collect();
                 matmul_many(&pool, isa, n_tokens, &mut products);
-                assert_eq!(got, want, "{isa} tokens={n_tokens}");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    for (j, (a, b)) in g.iter().zip(w).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-4 * b.abs().max(0.05),
+                            "{isa} tokens={n_tokens} product {i} [{j}]: {a} vs {b}"
+                        );
+                    }
+                }
             }
         }
     }

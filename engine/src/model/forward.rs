@@ -67,6 +67,7 @@ impl Model {
         WeightView::new(w.ty, w.n_in, rows, self.gguf.tensor_data(t))
             .expect("shapes were checked at load")
             .rows(w.row0..w.row0 + w.n_out)
+            .with_packed_rows(self.packed_rows[w.tensor])
     }
 
     fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {

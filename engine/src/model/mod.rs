@@ -10,6 +10,7 @@ pub(crate) mod forward;
 mod gemma3;
 mod hparams;
 mod llama;
+mod pack;
 mod phi3;
 mod qwen2;
 mod qwen3;
@@ -39,6 +40,8 @@ pub struct Model {
     arch: &'static arch::Arch,
     hp: HParams,
     w: Weights,
+    /// Per tensor, how many of its first rows were repacked at load ([`pack`]).
+    packed_rows: Vec<usize>,
 }
 
 /// What a context of a given size will take in memory, in bytes.
@@ -61,7 +64,9 @@ impl Model {
     /// Opens and checks a model: every hyperparameter and tensor the architecture needs must be
     /// there with the right shape, or the error names what is missing or wrong.
     pub fn load(path: impl AsRef<Path>, _params: &ModelParams) -> Result<Arc<Model>> {
-        Ok(Arc::new(Model::from_gguf(Gguf::open(path)?)?))
+        let mut model = Model::from_gguf(Gguf::open(path)?)?;
+        pack::pack_weights(&mut model)?;
+        Ok(Arc::new(model))
     }
 
     pub fn from_gguf(gguf: Gguf) -> Result<Model> {
@@ -86,7 +91,14 @@ impl Model {
         };
         let hp = HParams::read(arch, meta, n_vocab)?;
         let w = Weights::load(arch, &hp, &gguf)?;
-        Ok(Model { gguf, arch, hp, w })
+        let packed_rows = vec![0; gguf.tensors().len()];
+        Ok(Model {
+            gguf,
+            arch,
+            hp,
+            w,
+            packed_rows,
+        })
     }
 
     pub fn hparams(&self) -> &HParams {

@@ -23,6 +23,8 @@ pub struct WeightView<'a> {
     n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// The first rows, a multiple of 16, are in the packed layout of [`kernels::packed`].
+    packed_rows: usize,
 }
 
 impl<'a> WeightView<'a> {
@@ -47,7 +49,22 @@ impl<'a> WeightView<'a> {
             n_out,
             row_bytes,
             data,
+            packed_rows: 0,
         })
+    }
+
+    /// The same matrix, whose first `rows` rows were packed at load ([`kernels::packed`]).
+    ///
+    /// # Panics
+    /// Unless `rows` is a whole number of 16-row groups within the matrix and the tier in use
+    /// has packed kernels for the type.
+    pub fn with_packed_rows(self, rows: usize) -> WeightView<'a> {
+        assert!(rows.is_multiple_of(kernels::packed::GROUP) && rows <= self.n_out);
+        assert!(rows == 0 || kernels::matmul::can_use_packed(Isa::active(), self.ty));
+        WeightView {
+            packed_rows: rows,
+            ..self
+        }
     }
 
     pub fn ty(&self) -> GgmlType {
@@ -62,14 +79,16 @@ impl<'a> WeightView<'a> {
         self.n_out
     }
 
-    /// The bytes of row `r`.
-    pub fn row(&self, r: usize) -> &'a [u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
     /// The sub-matrix of rows `rows` (a part of a fused tensor such as phi3's `attn_qkv`).
+    ///
+    /// # Panics
+    /// On a packed matrix unless `rows` is all of it.
     pub fn rows(&self, rows: Range<usize>) -> WeightView<'a> {
         assert!(rows.start <= rows.end && rows.end <= self.n_out);
+        if rows == (0..self.n_out) {
+            return *self;
+        }
+        assert_eq!(self.packed_rows, 0, "a part of a packed matrix");
         WeightView {
             n_out: rows.len(),
             data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
@@ -83,7 +102,16 @@ impl<'a> WeightView<'a> {
     /// If the type cannot be dequantized ([`dot::can_dequantize`], checked at load).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert_eq!(out.len(), self.n_in);
-        dequantize_row(self.ty, self.row(r), out);
+        let rb = self.row_bytes;
+        if r < self.packed_rows {
+            let g = kernels::packed::GROUP;
+            let group = &self.data[r / g * g * rb..(r / g + 1) * g * rb];
+            let mut row = vec![0u8; rb];
+            kernels::packed::unpack_row(self.ty, self.n_in, group, r % g, &mut row);
+            dequantize_row(self.ty, &row, out);
+        } else {
+            dequantize_row(self.ty, &self.data[r * rb..(r + 1) * rb], out);
+        }
     }
 }
 
@@ -179,7 +207,7 @@ pub fn matmul_many(ws: &[WeightView], x: &mut Activations, outs: &mut [&mut [f32
                 n_out: w.n_out,
                 row_bytes: w.row_bytes,
                 data: w.data,
-                packed_rows: 0,
+                packed_rows: w.packed_rows,
             },
             xq: x.get(vec_dot_type(w.ty)),
             out,
