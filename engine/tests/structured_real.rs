@@ -28,7 +28,7 @@ use engine::{Model, ModelParams, TokenId};
 use serde_json::{json, Value};
 
 const NUM_PREDICT: usize = 160;
-const JSON_NUM_PREDICT: usize = 64;
+const JSON_NUM_PREDICT: usize = NUM_PREDICT;
 const N_CTX: u32 = 256;
 
 fn model_path() -> PathBuf {
