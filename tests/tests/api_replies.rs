@@ -201,10 +201,21 @@ fn qwen_tool_choice_requires_calls() {
                     "max_tokens": 64, "temperature": 0}),
         )
     };
-    // Left to itself, the model greets in words.
+    // Offered no tools ("none"), the model greets in words.
+    let none = chat(json!("none"));
+    assert_eq!(none["choices"][0]["finish_reason"], "stop", "{none}");
+    assert!(none["choices"][0]["message"]["tool_calls"].is_null(), "{none}");
+    // Left to itself ("auto"), it may do either: which one is the model's near-tie (greedy Qwen
+    // 0.5B flips between greeting and calling the weather tool with the kernels' rounding), so
+    // only the shape is checked.
     let free = chat(json!("auto"));
-    assert_eq!(free["choices"][0]["finish_reason"], "stop", "{free}");
-    assert!(free["choices"][0]["message"]["tool_calls"].is_null(), "{free}");
+    let reason = free["choices"][0]["finish_reason"].as_str().unwrap_or_default();
+    assert!(matches!(reason, "stop" | "tool_calls"), "{free}");
+    assert_eq!(
+        free["choices"][0]["message"]["tool_calls"].is_null(),
+        reason == "stop",
+        "{free}"
+    );
 
     let call = |r: &Value| -> (String, Value) {
         let choice = &r["choices"][0];
