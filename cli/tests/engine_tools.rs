@@ -167,6 +167,10 @@ fn bench_text_and_skipped_tests() {
     let (ok, out, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "3", "-r", "1"]);
     assert!(ok, "{err}");
     assert!(out.contains("first token after"), "{out}");
+    assert!(
+        out.contains("memory: peak RSS ") && out.contains(" MiB, KV cache "),
+        "{out}"
+    );
     assert!(out.lines().any(|l| l.starts_with("tg3 ")), "{out}");
     assert!(!out.lines().any(|l| l.starts_with("pp")), "{out}");
     let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "0"]);

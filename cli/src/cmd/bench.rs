@@ -151,6 +151,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         engine::kernels::Isa::active(),
         first_token
     )?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let file = std::fs::metadata(&args.model).map_or(0, |m| m.len());
+    writeln!(
+        out,
+        "memory: peak RSS {}, file {:.1} MiB, KV cache {:.1} MiB",
+        peak_rss().map_or("unknown".to_string(), |b| format!("{:.1} MiB", mib(b))),
+        mib(file),
+        mib(ctx.kv_size_bytes() as u64)
+    )?;
     if args.n_prompt > 0 {
         writeln!(out, "pp{:<6} {pp_tps:10.2} ± {pp_std:.2} t/s", args.n_prompt)?;
     }
@@ -158,6 +167,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         writeln!(out, "tg{:<6} {tg_tps:10.2} ± {tg_std:.2} t/s", args.n_gen)?;
     }
     Ok(())
+}
+
+/// This process's peak resident set size in bytes (`VmHWM`, Linux only).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]
