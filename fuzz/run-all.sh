@@ -5,7 +5,9 @@
 # crash) and corpus size. Not part of the test run: a manual or nightly job.
 #
 # Usage: fuzz/run-all.sh SECONDS [TARGET...]
-# Logs: fuzz/logs/TARGET.log. Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
+# Logs: fuzz/logs/TARGET.log. CARGO_TARGET_DIR, if set, is the build directory (cargo fuzz leaves it
+# to cargo for both build and run, so a warm one from another checkout is reused). Needs a
+# nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
 set -uo pipefail
 cd "$(dirname "$0")"
 seconds="${1:?usage: fuzz/run-all.sh SECONDS [TARGET...]}"

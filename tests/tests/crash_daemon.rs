@@ -1,17 +1,20 @@
-//! kill -9 of the daemon itself (registry/tests/it/crash.rs kills a registry operation in a
-//! child process) during a blob upload, at random points, 20 times. After every kill the store
-//! passes `ollamars doctor` (every manifest's blobs exist and hash right, every blob under its
-//! final name hashes to it, so no partial blob is visible), a restarted daemon lists only whole
-//! models, and the upload, repeated, succeeds.
+//! kill -9 of the daemon itself (not of a registry operation in a child process, as
+//! registry/tests/it/crash.rs does) during a blob upload, a create with quantize, a push and a
+//! pull, at random points of the operation's measured duration, 20 times each. After every kill
+//! the store passes `ollamars doctor` (every manifest's blobs exist and hash right, every blob
+//! under its final name hashes to it, so no partial blob is visible), a restarted daemon lists
+//! only whole models, and the operation, repeated, succeeds with the right result. Each test
+//! prints how many rounds cut the operation and fails if fewer than half did.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ollamars_tests::daemon::{ollamars_bin, sha256_file};
+use ollamars_tests::registry::Registry;
 use ollamars_tests::{models, Daemon};
 use registry::store::{CheckOptions, CleanupOptions};
 use registry::Store;
@@ -74,16 +77,6 @@ fn assert_doctor_clean(models: &Path, when: &str) {
     assert!(r.is_consistent(), "{when}: {:?}", r.problems);
 }
 
-/// Sleeps a random part of `window`, then kills the daemon; `true` if `done` was not yet set
-/// (the operation had not answered).
-fn kill_at_random(d: &mut Daemon, window: Duration, done: &std::sync::atomic::AtomicBool) -> bool {
-    let at = Duration::from_micros(rand_u64() % window.as_micros().max(1) as u64);
-    thread::sleep(at);
-    let killed_early = !done.load(std::sync::atomic::Ordering::SeqCst);
-    d.kill_9();
-    killed_early
-}
-
 /// After the rounds: repair (no grace periods) leaves no temporary file, dead partial or stale
 /// pin behind.
 fn assert_repairable(models: &Path) {
@@ -144,8 +137,49 @@ fn slow_upload(
     Ok(reply.lines().next().unwrap_or_default().to_string())
 }
 
+/// One kill round: `op` starts the operation on a background thread (its result: the reply's
+/// status, `None` if no whole reply came), SIGKILL of the daemon at a random point of `window`
+/// (the operation's duration), then `ollamars doctor` on the store, and a fresh daemon on it in
+/// `d`. A reply that came before the kill must be one of `ok`. Returns `true` if the client got
+/// no whole reply (the kill cut the operation).
+fn kill_round(
+    d: &mut Daemon,
+    window: Duration,
+    ok: &[u16],
+    when: &str,
+    op: impl FnOnce(&Daemon) -> thread::JoinHandle<Option<u16>>,
+) -> bool {
+    let op = op(d);
+    thread::sleep(Duration::from_micros(
+        rand_u64() % window.as_micros().max(1) as u64,
+    ));
+    d.kill_9();
+    let reply = op.join().unwrap();
+    if let Some(status) = reply {
+        assert!(ok.contains(&status), "{when}: {status} before the kill");
+    }
+    let models = d.models_dir().to_path_buf();
+    assert_doctor_clean(&models, &format!("{when}, after the kill"));
+    *d = daemon_on(&models);
+    reply.is_none()
+}
+
+/// `POST path body` on a background thread, for [`kill_round`].
+fn post_json(path: &str, body: &Value) -> impl FnOnce(&Daemon) -> thread::JoinHandle<Option<u16>> {
+    let (path, body) = (path.to_string(), body.clone());
+    move |d: &Daemon| {
+        let (client, url) = (d.client().clone(), d.url(&path));
+        thread::spawn(move || {
+            let r = client.post(url).json(&body).send().ok()?;
+            let status = r.status().as_u16();
+            r.bytes().ok().map(|_| status)
+        })
+    }
+}
+
 #[test]
 fn kill_9_during_blob_upload() {
+    let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
     std::fs::create_dir_all(&models).unwrap();
@@ -153,53 +187,39 @@ fn kill_9_during_blob_upload() {
     // A whole model in the store, which every kill must leave alone.
     d.create_model("tiny", &models::tiny_llama());
     let (chunk, pause) = (16 << 10, Duration::from_millis(4));
-    let mut killed = 0;
+    let (mut killed, mut windows) = (0, Duration::ZERO);
     for round in 0..ROUNDS {
         let body = random_bytes((256 << 10) + (rand_u64() % (768 << 10)) as usize, round + 1);
         let digest = sha256(&body);
         // The window: the whole upload (a pause per chunk) and a little after its end, so some
         // kills land while the blob is being committed.
         let window = pause * (body.len() / chunk + 1) as u32 + Duration::from_millis(30);
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let uploader = {
-            let (port, digest, body, done) = (d.port(), digest.clone(), body.clone(), done.clone());
+        windows += window;
+        let when = format!("upload round {round}");
+        killed += u64::from(kill_round(&mut d, window, &[201], &when, |d| {
+            let (port, digest, body) = (d.port(), digest.clone(), body.clone());
             thread::spawn(move || {
-                let r = slow_upload(port, &digest, &body, chunk, pause);
-                done.store(true, std::sync::atomic::Ordering::SeqCst);
-                r
+                let status = slow_upload(port, &digest, &body, chunk, pause).ok()?;
+                // "HTTP/1.1 201 Created"; nothing at all if the kill closed the connection.
+                status.split(' ').nth(1)?.parse().ok()
             })
-        };
-        killed += u64::from(kill_at_random(&mut d, window, &done));
-        if let Ok(status) = uploader.join().unwrap() {
-            // Answered before the kill: it must have been stored.
-            assert!(
-                status.contains(" 201 ") || status.is_empty(),
-                "round {round}: {status}"
-            );
-        }
-        assert_doctor_clean(&models, &format!("upload round {round}, after the kill"));
+        }));
         let blob = models.join("blobs").join(digest.replace(':', "-"));
         if blob.exists() {
             assert_eq!(
                 sha256_file(&blob),
                 digest,
-                "round {round}: a partial blob under its final name"
+                "{when}: a partial blob under its final name"
             );
         }
-
-        d = daemon_on(&models);
-        assert_eq!(model_names(&d), ["tiny:latest"], "round {round}");
+        assert_eq!(model_names(&d), ["tiny:latest"], "{when}");
         let r = d
             .client()
             .post(d.url(&format!("/api/blobs/{digest}")))
             .body(body.clone())
             .send()
             .unwrap();
-        assert!(
-            matches!(r.status().as_u16(), 200 | 201),
-            "round {round}: {}",
-            r.status()
-        );
+        assert!(matches!(r.status().as_u16(), 200 | 201), "{when}: {}", r.status());
         assert_eq!(
             d.client()
                 .head(d.url(&format!("/api/blobs/{digest}")))
@@ -208,13 +228,9 @@ fn kill_9_during_blob_upload() {
                 .status(),
             200
         );
-        assert_eq!(sha256_file(&blob), digest, "round {round}");
-        assert_doctor_clean(&models, &format!("upload round {round}, after uploading again"));
+        assert_eq!(sha256_file(&blob), digest, "{when}");
+        assert_doctor_clean(&models, &format!("{when}, after uploading again"));
     }
-    assert!(
-        killed >= ROUNDS / 2,
-        "only {killed} of {ROUNDS} uploads were killed before they ended"
-    );
     // The model still answers.
     let r = d.post_ok(
         "/api/generate",
@@ -223,4 +239,222 @@ fn kill_9_during_blob_upload() {
     assert_eq!(r["done"], true);
     d.kill_9();
     assert_repairable(&models);
+    assert_mostly_killed(killed, "upload", windows / ROUNDS as u32, started);
+}
+
+/// Runs `path` with `body` to its end and returns how long it took.
+fn run_ok(d: &Daemon, path: &str, body: &Value) -> Duration {
+    let t = Instant::now();
+    let r = d.post_ok(path, body);
+    assert_eq!(r["status"], "success", "{r}");
+    t.elapsed()
+}
+
+fn delete(d: &Daemon, model: &str) -> u16 {
+    d.client()
+        .delete(d.url("/api/delete"))
+        .json(&json!({"model": model}))
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+fn manifest_bytes(models: &Path, name: &str) -> Vec<u8> {
+    Store::open(models)
+        .unwrap()
+        .read_manifest(&registry::Name::parse(name).unwrap())
+        .unwrap()
+        .bytes
+}
+
+/// Most rounds must have cut the operation, or the test proved little.
+fn assert_mostly_killed(killed: u64, what: &str, window: Duration, started: Instant) {
+    eprintln!(
+        "{what}: {killed} of {ROUNDS} rounds killed mid-operation (window {} ms), {:.1} s in all",
+        window.as_millis(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        killed >= ROUNDS / 2,
+        "only {killed} of {ROUNDS} {what}s were killed before they ended"
+    );
+}
+
+#[test]
+fn kill_9_during_create_with_quantize() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let mut d = daemon_on(&models);
+    // The F16 tiny model (5 MB), quantized to Q4_0 on the way in.
+    let digest = d.upload_blob(&models::tiny("tiny-llama-spm-e64-f16.gguf"));
+    let req = json!({"model": "crash:q4", "files": {"m.gguf": digest}, "quantize": "q4_0", "stream": false});
+    let window = run_ok(&d, "/api/create", &req);
+    let want = manifest_bytes(&models, "crash:q4");
+    let mut killed = 0;
+    for round in 0..ROUNDS {
+        assert_eq!(delete(&d, "crash:q4"), 200);
+        let when = format!("create round {round}");
+        killed += u64::from(kill_round(
+            &mut d,
+            window,
+            &[200],
+            &when,
+            post_json("/api/create", &req),
+        ));
+        // The model is there whole or not at all.
+        let names = model_names(&d);
+        assert!(names.is_empty() || names == ["crash:q4"], "{when}: {names:?}");
+        run_ok(&d, "/api/create", &req);
+        assert_doctor_clean(&models, &format!("{when}, after creating again"));
+        // Same inputs, same model, byte for byte.
+        assert_eq!(manifest_bytes(&models, "crash:q4"), want, "{when}");
+    }
+    let show = d.post_ok("/api/show", &json!({"model": "crash:q4"}));
+    assert_eq!(show["details"]["quantization_level"], "Q4_0", "{show}");
+    let r = d.post_ok(
+        "/api/generate",
+        &json!({"model": "crash:q4", "prompt": "hi", "stream": false, "options": {"num_predict": 2}}),
+    );
+    assert_eq!(r["done"], true);
+    d.kill_9();
+    assert_repairable(&models);
+    assert_mostly_killed(killed, "create", window, started);
+}
+
+/// A blocking client for the registry's own API.
+fn registry_get(url: &str, accept: &str) -> (u16, Vec<u8>) {
+    let r = ollamars_tests::daemon::http_client()
+        .get(url)
+        .header("Accept", accept)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.bytes().unwrap().to_vec())
+}
+
+#[test]
+fn kill_9_during_push() {
+    let started = Instant::now();
+    let reg = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let mut d = daemon_on(&models);
+    d.create_model("tiny", &models::tiny("tiny-llama-spm-e256-q4_k_m.gguf"));
+    let want = manifest_bytes(&models, "tiny");
+    let layers: Vec<String> = serde_json::from_slice::<Value>(&want).unwrap()["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["digest"].as_str().unwrap().to_string())
+        .collect();
+    // Every round pushes to a new repository, so every push uploads every blob.
+    let copy_to = |d: &Daemon, repo: &str| -> String {
+        let name = format!("{}/test/{repo}:1", reg.host());
+        let r = d.post("/api/copy", &json!({"source": "tiny", "destination": name}));
+        assert_eq!(r.status(), 200);
+        name
+    };
+    let push = |name: &str| json!({"model": name, "insecure": true, "stream": false});
+    let name = copy_to(&d, "calibrate");
+    let window = run_ok(&d, "/api/push", &push(&name));
+    let mut killed = 0;
+    for round in 0..ROUNDS {
+        let repo = format!("crash{round}");
+        let name = copy_to(&d, &repo);
+        let when = format!("push round {round}");
+        killed += u64::from(kill_round(
+            &mut d,
+            window,
+            &[200],
+            &when,
+            post_json("/api/push", &push(&name)),
+        ));
+        let names = model_names(&d);
+        assert!(
+            names.contains(&name) && names.contains(&"tiny:latest".to_string()),
+            "{when}: {names:?}"
+        );
+        run_ok(&d, "/api/push", &push(&name));
+        assert_doctor_clean(&models, &format!("{when}, after pushing again"));
+        // The registry holds the manifest, byte for byte, and every blob whole.
+        let base = format!("http://{}/v2/test/{repo}", reg.host());
+        let (status, got) = registry_get(
+            &format!("{base}/manifests/1"),
+            "application/vnd.docker.distribution.manifest.v2+json",
+        );
+        assert_eq!(status, 200, "{when}");
+        assert_eq!(got, want, "{when}");
+        for digest in &layers {
+            let (status, blob) = registry_get(&format!("{base}/blobs/{digest}"), "*/*");
+            assert_eq!(status, 200, "{when}: {digest}");
+            assert_eq!(&sha256(&blob), digest, "{when}");
+        }
+    }
+    d.kill_9();
+    assert_repairable(&models);
+    assert_mostly_killed(killed, "push", window, started);
+}
+
+#[test]
+fn kill_9_during_pull() {
+    let started = Instant::now();
+    let reg = Registry::start();
+    let name = format!("{}/test/crash:1", reg.host());
+    // Pushed once from another daemon.
+    let src = Daemon::start();
+    src.create_model("tiny", &models::tiny("tiny-llama-spm-e256-q4_k_m.gguf"));
+    let r = src.post("/api/copy", &json!({"source": "tiny", "destination": name}));
+    assert_eq!(r.status(), 200);
+    let req = json!({"model": name, "insecure": true, "stream": false});
+    run_ok(&src, "/api/push", &req);
+    drop(src);
+
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let mut d = daemon_on(&models);
+    run_ok(&d, "/api/pull", &req);
+    let want = manifest_bytes(&models, &name);
+    // Deletes the model and its blobs (with no daemon running, so no pull's pin keeps them),
+    // so that the next pull downloads everything, on a fresh daemon.
+    let forget = |d: &mut Daemon| {
+        assert_eq!(delete(d, &name), 200);
+        d.kill_9();
+        for b in std::fs::read_dir(models.join("blobs")).unwrap().flatten() {
+            std::fs::remove_file(b.path()).unwrap();
+        }
+        *d = daemon_on(&models);
+    };
+    // The window: a pull as the rounds run it (the first one is slower, from a cold registry).
+    forget(&mut d);
+    let window = run_ok(&d, "/api/pull", &req);
+    let mut killed = 0;
+    for round in 0..ROUNDS {
+        forget(&mut d);
+        let when = format!("pull round {round}");
+        killed += u64::from(kill_round(
+            &mut d,
+            window,
+            &[200],
+            &when,
+            post_json("/api/pull", &req),
+        ));
+        let names = model_names(&d);
+        assert!(names.is_empty() || names == [name.clone()], "{when}: {names:?}");
+        run_ok(&d, "/api/pull", &req);
+        assert_doctor_clean(&models, &format!("{when}, after pulling again"));
+        assert_eq!(manifest_bytes(&models, &name), want, "{when}");
+    }
+    // The pulled model answers.
+    let r = d.post_ok(
+        "/api/generate",
+        &json!({"model": name, "prompt": "hi", "stream": false, "options": {"num_predict": 2}}),
+    );
+    assert_eq!(r["done"], true);
+    d.kill_9();
+    assert_repairable(&models);
+    assert_mostly_killed(killed, "pull", window, started);
 }
