@@ -27,7 +27,7 @@ use crate::structured;
 use crate::util::rfc3339;
 use crate::wire::{
     check_top_logprobs, model_name, parse_body, parse_keep_alive, parse_think, tools, ChatRequest,
-    EmbedRequest, EmbeddingsRequest, GenerateRequest,
+    CommonRequest, EmbedRequest, EmbeddingsRequest, GenerateRequest,
 };
 
 fn into_response(r: ApiResult<Response>) -> Response {
@@ -56,6 +56,23 @@ pub struct CallCommon {
     pub logprobs: Option<usize>,
     pub debug_render_only: bool,
     pub n_images: usize,
+}
+
+/// The shared fields of an `/api/chat` or `/api/generate` body in engine terms.
+fn call_common(req: CommonRequest, n_images: usize) -> ApiResult<CallCommon> {
+    let top = check_top_logprobs(req.top_logprobs)?;
+    Ok(CallCommon {
+        model: model_name(&req.model)?.to_string(),
+        options: req.options,
+        format: req.format,
+        keep_alive: req.keep_alive,
+        think: parse_think(req.think.as_ref())?,
+        truncate: req.truncate,
+        shift: req.shift,
+        logprobs: req.logprobs.unwrap_or(false).then_some(top),
+        debug_render_only: req.debug_render_only.unwrap_or(false),
+        n_images,
+    })
 }
 
 /// A chat request in engine terms (from `/api/chat` or `/v1/chat/completions`).
@@ -213,30 +230,18 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
 
 /// A `/api/chat` body in engine terms: what the handler runs before any model is touched.
 fn chat_call(req: ChatRequest) -> ApiResult<ChatCall> {
-    let top = check_top_logprobs(req.top_logprobs)?;
-    let model = model_name(&req.model)?.to_string();
-    let wire_msgs = req.messages.clone().unwrap_or_default();
-    let messages = wire_msgs
-        .iter()
-        .map(|m| m.to_engine())
-        .collect::<ApiResult<Vec<_>>>()?;
+    let wire_msgs = req.messages.unwrap_or_default();
     let n_images = wire_msgs
         .iter()
         .map(|m| m.images.as_ref().map_or(0, Vec::len))
         .sum();
+    let common = call_common(req.common, n_images)?;
+    let messages = wire_msgs
+        .iter()
+        .map(|m| m.to_engine())
+        .collect::<ApiResult<Vec<_>>>()?;
     Ok(ChatCall {
-        common: CallCommon {
-            model,
-            options: req.options,
-            format: req.format,
-            keep_alive: req.keep_alive,
-            think: parse_think(req.think.as_ref())?,
-            truncate: req.truncate,
-            shift: req.shift,
-            logprobs: req.logprobs.unwrap_or(false).then_some(top),
-            debug_render_only: req.debug_render_only.unwrap_or(false),
-            n_images,
-        },
+        common,
         messages,
         tools: tools(&req.tools),
         required_tools: None,
@@ -254,7 +259,7 @@ pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     into_response(
         async {
             let req: ChatRequest = parse_body(&body)?;
-            let stream = req.stream;
+            let stream = req.common.stream;
             let call = chat_call(req)?;
             Ok(match prepare_chat(&st, call, started).await? {
                 Prepared::Answer(r) => r,
@@ -404,20 +409,9 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
 
 /// A `/api/generate` body in engine terms: what the handler runs before any model is touched.
 fn generate_call(req: GenerateRequest) -> ApiResult<GenerateCall> {
-    let top = check_top_logprobs(req.top_logprobs)?;
+    let n_images = req.images.as_ref().map_or(0, Vec::len);
     Ok(GenerateCall {
-        common: CallCommon {
-            model: model_name(&req.model)?.to_string(),
-            options: req.options,
-            format: req.format,
-            keep_alive: req.keep_alive,
-            think: parse_think(req.think.as_ref())?,
-            truncate: req.truncate,
-            shift: req.shift,
-            logprobs: req.logprobs.unwrap_or(false).then_some(top),
-            debug_render_only: req.debug_render_only.unwrap_or(false),
-            n_images: req.images.as_ref().map_or(0, Vec::len),
-        },
+        common: call_common(req.common, n_images)?,
         prompt: req.prompt.unwrap_or_default(),
         suffix: req.suffix.unwrap_or_default(),
         system: req.system,
@@ -438,7 +432,7 @@ pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
     into_response(
         async {
             let req: GenerateRequest = parse_body(&body)?;
-            let stream = req.stream;
+            let stream = req.common.stream;
             let call = generate_call(req)?;
             Ok(match prepare_generate(&st, call, started).await? {
                 Prepared::Answer(r) => r,

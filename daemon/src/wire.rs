@@ -20,20 +20,14 @@ pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
+/// The fields `/api/generate` and `/api/chat` share, flattened into both bodies.
 #[derive(Deserialize, Default, Debug)]
 #[serde(default)]
-pub struct GenerateRequest {
+pub struct CommonRequest {
     pub model: Option<String>,
-    pub prompt: Option<String>,
-    pub suffix: Option<String>,
-    pub system: Option<String>,
-    pub template: Option<String>,
-    pub context: Option<Vec<i64>>,
     pub stream: Option<bool>,
-    pub raw: Option<bool>,
     pub format: Option<Value>,
     pub keep_alive: Option<Value>,
-    pub images: Option<Vec<Value>>,
     pub options: Option<Map<String, Value>>,
     pub think: Option<Value>,
     pub truncate: Option<bool>,
@@ -46,21 +40,25 @@ pub struct GenerateRequest {
 
 #[derive(Deserialize, Default, Debug)]
 #[serde(default)]
+pub struct GenerateRequest {
+    #[serde(flatten)]
+    pub common: CommonRequest,
+    pub prompt: Option<String>,
+    pub suffix: Option<String>,
+    pub system: Option<String>,
+    pub template: Option<String>,
+    pub context: Option<Vec<i64>>,
+    pub raw: Option<bool>,
+    pub images: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
 pub struct ChatRequest {
-    pub model: Option<String>,
+    #[serde(flatten)]
+    pub common: CommonRequest,
     pub messages: Option<Vec<WireMessage>>,
     pub tools: Option<Vec<Value>>,
-    pub stream: Option<bool>,
-    pub format: Option<Value>,
-    pub keep_alive: Option<Value>,
-    pub options: Option<Map<String, Value>>,
-    pub think: Option<Value>,
-    pub truncate: Option<bool>,
-    pub shift: Option<bool>,
-    pub logprobs: Option<bool>,
-    pub top_logprobs: Option<i64>,
-    #[serde(rename = "_debug_render_only")]
-    pub debug_render_only: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug, Clone)]
