@@ -4,8 +4,7 @@
 //! embeddings come from a second context, media markers show as nothing and end-of-turn tokens
 //! stop.
 
-use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,14 +15,17 @@ use engine::generate::runner::{
     Summary,
 };
 use engine::generate::{generate_greedy, GenerateParams};
-use engine::gguf::{Array, Gguf, GgufWriter, Value};
 use engine::sample::{Sampler, SamplingOptions};
 use engine::stop::{DoneReason, PredictLimit, StopMatcher};
 use engine::tokenizer::Vocab;
 use engine::{Batch, Context, ContextParams, Model, ModelParams, TokenId};
 
+#[path = "models/retoken.rs"]
+mod retoken;
 #[path = "models/tiny_model.rs"]
 mod tiny_model;
+
+use retoken::{retoken, NORMAL, USER_DEFINED};
 
 fn tiny(name: &str) -> (Arc<Model>, Arc<Vocab>) {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -462,34 +464,6 @@ fn an_aborted_runner_fails_what_it_holds() {
     assert!(h.error.is_some() || h.done.is_some());
 }
 
-/// Writes a copy of the GGUF at `src` to `out` with some tokens' texts and types replaced.
-fn retoken(src: &Path, out: &Path, edits: &[(TokenId, &str, i32)]) {
-    let g = Gguf::open(src).unwrap();
-    let mut w = GgufWriter::from_model(&g).unwrap();
-    let md = g.metadata();
-    let mut texts = md
-        .get_str_array("tokenizer.ggml.tokens")
-        .unwrap()
-        .unwrap()
-        .to_vec();
-    let mut types: Vec<i32> = md
-        .get_i64_array("tokenizer.ggml.token_type")
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|&t| t as i32)
-        .collect();
-    for &(id, text, ty) in edits {
-        texts[id as usize] = text.to_string();
-        types[id as usize] = ty;
-    }
-    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts)));
-    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-    let tensors = g.tensors();
-    w.write_file(out, |i, _| Ok(Cow::Borrowed(g.tensor_data(&tensors[i]))))
-        .unwrap();
-}
-
 /// A media marker the model generates (a user-defined token in the file, as Gemma 3's
 /// `<start_of_image>` is) adds nothing to the reply, though logprobs still name it; a token
 /// found by its text to end a turn stops the generation without showing.
@@ -502,7 +476,6 @@ fn media_markers_show_as_nothing_and_end_of_turn_stops() {
     let end = (3..ids.len())
         .find(|&k| !ids[..k].contains(&ids[k]))
         .expect("a new token among the greedy ones");
-    let (user_defined, normal) = (4, 1);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("markers.gguf");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -511,8 +484,8 @@ fn media_markers_show_as_nothing_and_end_of_turn_stops() {
         &src,
         &path,
         &[
-            (marker, "<start_of_image>", user_defined),
-            (ids[end], "<end_of_turn>", normal),
+            (marker, "<start_of_image>", USER_DEFINED),
+            (ids[end], "<end_of_turn>", NORMAL),
         ],
     );
     let m2 = Model::load(&path, &ModelParams::default()).unwrap();

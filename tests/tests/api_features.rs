@@ -8,20 +8,19 @@
 //! model with one token's text replaced ([`retoken`]): the weights are the same, so the model
 //! picks the same ids, and the replaced text decides what the daemon makes of them.
 
-use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine::gguf::{Array, Gguf, GgufWriter, Value as GgufValue};
 use ollamars_tests::daemon::{ndjson, ollamars_bin, sse_data};
 use ollamars_tests::{models, Daemon};
 use serde_json::{json, Value};
 
-/// GGUF token types.
-const NORMAL: i32 = 1;
-const USER_DEFINED: i32 = 4;
+#[path = "../../engine/tests/models/retoken.rs"]
+mod retoken;
+
+use retoken::{retoken, NORMAL, USER_DEFINED};
 
 fn tiny_daemon() -> Daemon {
     let d = Daemon::start();
@@ -32,34 +31,6 @@ fn tiny_daemon() -> Daemon {
 /// Greedy decoding of `n` tokens.
 fn greedy(n: i64) -> Value {
     json!({"temperature": 0, "num_predict": n, "seed": 1})
-}
-
-/// Writes a copy of the GGUF at `src` to `out` with some tokens' texts and types replaced.
-fn retoken(src: &Path, out: &Path, edits: &[(u32, &str, i32)]) {
-    let g = Gguf::open(src).unwrap();
-    let mut w = GgufWriter::from_model(&g).unwrap();
-    let md = g.metadata();
-    let mut texts = md
-        .get_str_array("tokenizer.ggml.tokens")
-        .unwrap()
-        .unwrap()
-        .to_vec();
-    let mut types: Vec<i32> = md
-        .get_i64_array("tokenizer.ggml.token_type")
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|&t| t as i32)
-        .collect();
-    for &(id, text, ty) in edits {
-        texts[id as usize] = text.to_string();
-        types[id as usize] = ty;
-    }
-    w.set("tokenizer.ggml.tokens", GgufValue::Array(Array::String(texts)));
-    w.set("tokenizer.ggml.token_type", GgufValue::Array(Array::I32(types)));
-    let tensors = g.tensors();
-    w.write_file(out, |i, _| Ok(Cow::Borrowed(g.tensor_data(&tensors[i]))))
-        .unwrap();
 }
 
 /// The prompt and generated token ids of a final `/api/generate` reply (from `context`).

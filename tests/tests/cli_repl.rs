@@ -141,6 +141,17 @@ impl Repl {
         self.expect(&format!("{text}\n"));
     }
 
+    /// Caps the answer at `num_predict` tokens, then sends one message typed over two lines
+    /// between `"""` (the second prompt is `... `).
+    #[track_caller]
+    fn send_two_line_message(&mut self, num_predict: u32) {
+        self.enter(&format!("/set parameter num_predict {num_predict}"));
+        self.prompt();
+        self.enter(r#""""Say hello"#);
+        self.expect("... ");
+        self.enter(r#"in French.""""#);
+    }
+
     /// Waits for the program to exit (bounded) and returns whether it exited with status 0.
     #[track_caller]
     fn exit_status(&mut self) -> portable_pty::ExitStatus {
@@ -284,11 +295,7 @@ fn chat_with_a_real_model_through_a_terminal() {
     assert!(!stopped.contains("Use Ctrl + d"), "{stopped}");
 
     // The chat still works: a multi-line message with """, answered in full.
-    repl.enter("/set parameter num_predict 64");
-    repl.prompt();
-    repl.enter(r#""""Say hello"#);
-    repl.expect("... ");
-    repl.enter(r#"in French.""""#);
+    repl.send_two_line_message(64);
     let answer = repl.expect("eval count:");
     assert!(has_words(&answer), "{answer}");
     repl.prompt();
@@ -365,11 +372,7 @@ fn system_message_history_and_ctrl_d() {
     assert!(!after.contains("Use Ctrl + d"), "{after}");
 
     // A multi-line message is one message: the model answers once, then the prompt is back.
-    repl.enter("/set parameter num_predict 3");
-    repl.prompt();
-    repl.enter(r#""""Say hello"#);
-    repl.expect("... ");
-    repl.enter(r#"in French.""""#);
+    repl.send_two_line_message(3);
     repl.prompt();
 
     // The other commands, each with what it shows.
