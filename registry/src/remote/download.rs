@@ -2,11 +2,12 @@
 //!
 //! The blob is split into chunks (see [`PartialState`]); up to `connections` workers take the
 //! next unfinished chunk in order and fetch it with a `Range` request from the blob's direct URL
-//! (the registry, or the CDN it redirects to, which never gets our token). A single writer thread
-//! writes the bytes at their offsets into `sha256-<hex>-partial`, records per-chunk progress in
-//! the state file about once a second, and hashes the blob in order as the contiguous prefix
-//! grows (from memory when a write extends it, else reading back what other workers wrote), so
-//! verification costs little after the last byte. Only when the sha256 matches is the file
+//! (the registry, or the CDN it redirects to, which never gets our token). A writer thread
+//! writes the bytes at their offsets into `sha256-<hex>-partial` and records per-chunk progress
+//! in the state file about once a second; a hasher thread, fed by the writer, hashes the blob in
+//! order as the contiguous prefix grows (from memory when a write extends it, else reading back
+//! what other workers wrote), so receiving, writing and hashing overlap and verification costs
+//! little after the last byte. Only when the sha256 matches is the file
 //! synced and renamed to `sha256-<hex>`.
 //!
 //! The writer holds an exclusive lock on the data file, so two processes never write the same
