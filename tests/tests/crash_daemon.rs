@@ -268,6 +268,14 @@ fn manifest_bytes(models: &Path, name: &str) -> Vec<u8> {
         .bytes
 }
 
+/// The window to kill an operation in: the median of three runs of `op` as the rounds run it
+/// (so most kills land inside the operation, and some in its last steps).
+fn median_of_3(mut op: impl FnMut() -> Duration) -> Duration {
+    let mut t = [op(), op(), op()];
+    t.sort();
+    t[1]
+}
+
 /// Most rounds must have cut the operation, or the test proved little.
 fn assert_mostly_killed(killed: u64, what: &str, window: Duration, started: Instant) {
     eprintln!(
@@ -291,8 +299,12 @@ fn kill_9_during_create_with_quantize() {
     // The F16 tiny model (5 MB), quantized to Q4_0 on the way in.
     let digest = d.upload_blob(&models::tiny("tiny-llama-spm-e64-f16.gguf"));
     let req = json!({"model": "crash:q4", "files": {"m.gguf": digest}, "quantize": "q4_0", "stream": false});
-    let window = run_ok(&d, "/api/create", &req);
+    run_ok(&d, "/api/create", &req);
     let want = manifest_bytes(&models, "crash:q4");
+    let window = median_of_3(|| {
+        assert_eq!(delete(&d, "crash:q4"), 200);
+        run_ok(&d, "/api/create", &req)
+    });
     let mut killed = 0;
     for round in 0..ROUNDS {
         assert_eq!(delete(&d, "crash:q4"), 200);
@@ -358,8 +370,11 @@ fn kill_9_during_push() {
         name
     };
     let push = |name: &str| json!({"model": name, "insecure": true, "stream": false});
-    let name = copy_to(&d, "calibrate");
-    let window = run_ok(&d, "/api/push", &push(&name));
+    let mut n = 0;
+    let window = median_of_3(|| {
+        n += 1;
+        run_ok(&d, "/api/push", &push(&copy_to(&d, &format!("calibrate{n}"))))
+    });
     let mut killed = 0;
     for round in 0..ROUNDS {
         let repo = format!("crash{round}");
@@ -428,9 +443,10 @@ fn kill_9_during_pull() {
         }
         *d = daemon_on(&models);
     };
-    // The window: a pull as the rounds run it (the first one is slower, from a cold registry).
-    forget(&mut d);
-    let window = run_ok(&d, "/api/pull", &req);
+    let window = median_of_3(|| {
+        forget(&mut d);
+        run_ok(&d, "/api/pull", &req)
+    });
     let mut killed = 0;
     for round in 0..ROUNDS {
         forget(&mut d);
