@@ -56,6 +56,12 @@ impl Registry {
         r
     }
 
+    /// The registry's storage (distribution's filesystem driver layout), for tests that tamper
+    /// with what it serves.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
     /// `127.0.0.1:PORT`, the host part of model names pushed to it.
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)

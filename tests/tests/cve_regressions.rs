@@ -5,6 +5,8 @@
 //! - CVE-2024-37032: a `../` digest wrote and read files outside the store.
 //! - CVE-2024-39719 / CVE-2024-39722: error messages disclosed which server files exist.
 //! - CVE-2024-39720 / CVE-2024-39721: malformed input crashed or hung the server.
+//! - CVE-2026-7482: a GGUF with tensors past its end was read out of bounds (and pushed).
+//! - CVE-2026-7020: a download path stored blobs without checking their digest.
 //! - Unauthenticated exposure (the many public Ollama servers): API keys, bind policy.
 //! - Denial of service by slow or oversized requests (slowloris, huge heads, deep JSON).
 
@@ -13,6 +15,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use ollamars_tests::daemon::ollamars_bin;
+use ollamars_tests::registry::Registry;
 use ollamars_tests::{models, Daemon};
 use serde_json::{json, Value};
 
@@ -231,6 +234,114 @@ fn cve_2024_39720_truncated_gguf_in_create_is_a_clean_error() {
     assert!(r.status().is_client_error(), "{}", r.status());
     // The server is still serving.
     assert_eq!(d.get("/api/version").status(), 200);
+}
+
+/// CVE-2026-7482: a GGUF whose tensors reach past the end of the file made the quantizer read
+/// out of bounds, and push sent what it read. Here the header is whole and the tensor data is cut
+/// short: create (with or without quantize) refuses it, so there is no model to push.
+#[test]
+fn cve_2026_7482_gguf_tensors_past_the_end_refused_by_create_and_quantize() {
+    let d = Daemon::start();
+    let full = std::fs::read(models::tiny("tiny-llama-spm-e64-f16.gguf")).unwrap();
+    let header_len = engine::gguf::parse(&full).unwrap().data_offset as usize;
+    // The header and most of the tensor data: the last tensors end beyond the file.
+    let cut_at = header_len + (full.len() - header_len) * 3 / 4;
+    let cut = d.temp_dir().join("short.gguf");
+    std::fs::write(&cut, &full[..cut_at]).unwrap();
+    let digest = d.upload_blob(&cut);
+    for extra in [
+        json!({}),
+        json!({"quantize": "q4_0"}),
+        json!({"quantize": "q8_0"}),
+    ] {
+        let mut req = json!({"model": "short", "files": {"short.gguf": digest}, "stream": false});
+        req.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let r = d.post("/api/create", &req);
+        let status = r.status();
+        let body: Value = r.json().unwrap();
+        assert!(status.is_client_error(), "{extra}: {status} {body}");
+        let err = body["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains("extends past the end of the file"),
+            "{extra}: {body}"
+        );
+    }
+    let tags: Value = d.get("/api/tags").json().unwrap();
+    assert_eq!(tags["models"], json!([]), "{tags}");
+    let r = d.post(
+        "/api/push",
+        &json!({"model": "short", "insecure": true, "stream": false}),
+    );
+    assert!(r.status().is_client_error(), "{}", r.status());
+    assert_eq!(d.get("/api/version").status(), 200);
+}
+
+/// CVE-2026-7020: a second download path forgot to check the digest. A registry that serves a
+/// blob with one byte changed (same size) fails the pull with a digest mismatch, whatever path the
+/// download takes, and nothing of it is stored or listed.
+#[test]
+fn cve_2026_7020_pulled_blob_with_wrong_bytes_is_a_digest_mismatch() {
+    let reg = Registry::start();
+    let name = format!("{}/test/tampered:1", reg.host());
+    let src = Daemon::start();
+    src.create_model("tiny", &models::tiny_llama());
+    let r = src.post("/api/copy", &json!({"source": "tiny", "destination": name}));
+    assert_eq!(r.status(), 200);
+    let r = src.post_ok(
+        "/api/push",
+        &json!({"model": name, "insecure": true, "stream": false}),
+    );
+    assert_eq!(r["status"], "success", "{r}");
+    // The model layer, as the registry stores it: flip one byte in its middle.
+    let stored = registry::Store::open(src.models_dir())
+        .unwrap()
+        .read_manifest(&registry::Name::parse(&name).unwrap())
+        .unwrap();
+    let manifest: Value = serde_json::from_slice(&stored.bytes).unwrap();
+    let layer = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|l| l["size"].as_u64().unwrap())
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hex = layer.strip_prefix("sha256:").unwrap();
+    let stored = reg.data_dir().join(format!(
+        "docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ));
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&stored, &bytes).unwrap();
+
+    let d = Daemon::start();
+    for stream in [false, true] {
+        let r = d.post(
+            "/api/pull",
+            &json!({"model": name, "insecure": true, "stream": stream}),
+        );
+        let text = r.text().unwrap();
+        assert!(text.contains("digest mismatch"), "stream {stream}: {text}");
+        assert!(!text.contains("\"success\""), "stream {stream}: {text}");
+        let tags: Value = d.get("/api/tags").json().unwrap();
+        assert_eq!(tags["models"], json!([]), "{tags}");
+        assert!(
+            !d.models_dir()
+                .join("blobs")
+                .join(layer.replace(':', "-"))
+                .exists(),
+            "the tampered blob was stored under its digest"
+        );
+        assert!(
+            files_under(&d.models_dir().join("manifests")).is_empty(),
+            "a manifest was written"
+        );
+    }
 }
 
 #[test]
