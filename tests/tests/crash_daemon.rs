@@ -1,10 +1,10 @@
 //! kill -9 of the daemon itself (not of a registry operation in a child process, as
 //! registry/tests/it/crash.rs does) during a blob upload, a create with quantize, a push and a
-//! pull, at random points of the operation's measured duration, 20 times each. After every kill
-//! the store passes `ollamars doctor` (every manifest's blobs exist and hash right, every blob
-//! under its final name hashes to it, so no partial blob is visible), a restarted daemon lists
-//! only whole models, and the operation, repeated, succeeds with the right result. Each test
-//! prints how many rounds cut the operation and fails if fewer than half did.
+//! pull, at random points of the operation's measured duration, until 20 kills have cut each
+//! operation (at most 40 rounds). After every kill the store passes `ollamars doctor` (every
+//! manifest's blobs exist and hash right, every blob under its final name hashes to it, so no
+//! partial blob is visible), a restarted daemon lists only whole models, and the operation,
+//! repeated, succeeds with the right result. Each test prints its rounds and window.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -187,8 +187,8 @@ fn kill_9_during_blob_upload() {
     // A whole model in the store, which every kill must leave alone.
     d.create_model("tiny", &models::tiny_llama());
     let (chunk, pause) = (16 << 10, Duration::from_millis(4));
-    let (mut killed, mut windows) = (0, Duration::ZERO);
-    for round in 0..ROUNDS {
+    let (mut killed, mut round, mut windows) = (0, 0, Duration::ZERO);
+    while another_round(round, killed, "upload") {
         let body = random_bytes((256 << 10) + (rand_u64() % (768 << 10)) as usize, round + 1);
         let digest = sha256(&body);
         // The window: the whole upload (a pause per chunk) and a little after its end, so some
@@ -230,6 +230,7 @@ fn kill_9_during_blob_upload() {
         );
         assert_eq!(sha256_file(&blob), digest, "{when}");
         assert_doctor_clean(&models, &format!("{when}, after uploading again"));
+        round += 1;
     }
     // The model still answers.
     let r = d.post_ok(
@@ -239,7 +240,7 @@ fn kill_9_during_blob_upload() {
     assert_eq!(r["done"], true);
     d.kill_9();
     assert_repairable(&models);
-    assert_mostly_killed(killed, "upload", windows / ROUNDS as u32, started);
+    report("upload", round, windows / round as u32, started);
 }
 
 /// Runs `path` with `body` to its end and returns how long it took.
@@ -276,16 +277,22 @@ fn median_of_3(mut op: impl FnMut() -> Duration) -> Duration {
     t[1]
 }
 
-/// Most rounds must have cut the operation, or the test proved little.
-fn assert_mostly_killed(killed: u64, what: &str, window: Duration, started: Instant) {
+/// Whether to run another round: rounds go on until `ROUNDS` of them have cut the operation,
+/// and at most twice as many run (most kills must land inside the operation, or the test proves
+/// little).
+fn another_round(round: u64, killed: u64, what: &str) -> bool {
+    assert!(
+        round < 2 * ROUNDS || killed >= ROUNDS,
+        "only {killed} of {round} {what} rounds cut the operation"
+    );
+    killed < ROUNDS
+}
+
+fn report(what: &str, rounds: u64, window: Duration, started: Instant) {
     eprintln!(
-        "{what}: {killed} of {ROUNDS} rounds killed mid-operation (window {} ms), {:.1} s in all",
+        "{what}: {ROUNDS} kills mid-operation in {rounds} rounds (window {} ms), {:.1} s in all",
         window.as_millis(),
         started.elapsed().as_secs_f64()
-    );
-    assert!(
-        killed >= ROUNDS / 2,
-        "only {killed} of {ROUNDS} {what}s were killed before they ended"
     );
 }
 
@@ -305,8 +312,8 @@ fn kill_9_during_create_with_quantize() {
         assert_eq!(delete(&d, "crash:q4"), 200);
         run_ok(&d, "/api/create", &req)
     });
-    let mut killed = 0;
-    for round in 0..ROUNDS {
+    let (mut killed, mut round) = (0, 0);
+    while another_round(round, killed, "create") {
         assert_eq!(delete(&d, "crash:q4"), 200);
         let when = format!("create round {round}");
         killed += u64::from(kill_round(
@@ -323,6 +330,7 @@ fn kill_9_during_create_with_quantize() {
         assert_doctor_clean(&models, &format!("{when}, after creating again"));
         // Same inputs, same model, byte for byte.
         assert_eq!(manifest_bytes(&models, "crash:q4"), want, "{when}");
+        round += 1;
     }
     let show = d.post_ok("/api/show", &json!({"model": "crash:q4"}));
     assert_eq!(show["details"]["quantization_level"], "Q4_0", "{show}");
@@ -333,7 +341,7 @@ fn kill_9_during_create_with_quantize() {
     assert_eq!(r["done"], true);
     d.kill_9();
     assert_repairable(&models);
-    assert_mostly_killed(killed, "create", window, started);
+    report("create", round, window, started);
 }
 
 /// A blocking client for the registry's own API.
@@ -375,8 +383,8 @@ fn kill_9_during_push() {
         n += 1;
         run_ok(&d, "/api/push", &push(&copy_to(&d, &format!("calibrate{n}"))))
     });
-    let mut killed = 0;
-    for round in 0..ROUNDS {
+    let (mut killed, mut round) = (0, 0);
+    while another_round(round, killed, "push") {
         let repo = format!("crash{round}");
         let name = copy_to(&d, &repo);
         let when = format!("push round {round}");
@@ -407,10 +415,11 @@ fn kill_9_during_push() {
             assert_eq!(status, 200, "{when}: {digest}");
             assert_eq!(&sha256(&blob), digest, "{when}");
         }
+        round += 1;
     }
     d.kill_9();
     assert_repairable(&models);
-    assert_mostly_killed(killed, "push", window, started);
+    report("push", round, window, started);
 }
 
 #[test]
@@ -447,8 +456,8 @@ fn kill_9_during_pull() {
         forget(&mut d);
         run_ok(&d, "/api/pull", &req)
     });
-    let mut killed = 0;
-    for round in 0..ROUNDS {
+    let (mut killed, mut round) = (0, 0);
+    while another_round(round, killed, "pull") {
         forget(&mut d);
         let when = format!("pull round {round}");
         killed += u64::from(kill_round(
@@ -463,6 +472,7 @@ fn kill_9_during_pull() {
         run_ok(&d, "/api/pull", &req);
         assert_doctor_clean(&models, &format!("{when}, after pulling again"));
         assert_eq!(manifest_bytes(&models, &name), want, "{when}");
+        round += 1;
     }
     // The pulled model answers.
     let r = d.post_ok(
@@ -472,5 +482,5 @@ fn kill_9_during_pull() {
     assert_eq!(r["done"], true);
     d.kill_9();
     assert_repairable(&models);
-    assert_mostly_killed(killed, "pull", window, started);
+    report("pull", round, window, started);
 }
