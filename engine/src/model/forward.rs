@@ -4,6 +4,8 @@
 //! the keys and values of all its tokens are stored in the KV cache first, then each token attends
 //! to the cells its sequence may see (causal, and windowed on sliding-window layers). Only the rows
 //! whose outputs are wanted go through the last layer's attention, FFN and the final norm.
+//! The row-wise steps (norms, projections, FFN) take the micro-batch in chunks of [`ROW_CHUNK`]
+//! rows: a 512-token prompt then needs a few MiB of work buffers, not tens.
 
 use std::cell::RefCell;
 
@@ -18,6 +20,12 @@ use crate::ops::rope::Rope;
 use crate::ops::{act, Activations, WeightView};
 use crate::threads;
 use crate::TokenId;
+
+/// Rows that go through the row-wise steps (norms, projections, FFN) together. A long batch is
+/// taken in chunks of this many rows, so the step buffers (the FFN's are `n_ff` wide) stay small
+/// whatever the batch size; a layer's weights stay in cache from one chunk to the next. Only the
+/// residual stream, the queries and the attention output span the whole batch.
+pub(crate) const ROW_CHUNK: usize = 64;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -152,51 +160,53 @@ impl Model {
         for (il, lw) in self.w.layers.iter().enumerate() {
             let (nh, nkv) = (hp.n_head[il], hp.n_head_kv[il]);
             let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
-            let n_rows = rows.len();
-
-            // Attention.
-            let mut h = vec![0f32; x.len()];
-            rms_norm(&x, &lw.attn_norm, hp.rms_eps, &mut h);
-            let mut acts = Activations::new(&h, n_embd);
-            let [mut q, mut k, v] = self.project_many(
-                [
-                    (&lw.wq, lw.bq.as_ref()),
-                    (&lw.wk, lw.bk.as_ref()),
-                    (&lw.wv, lw.bv.as_ref()),
-                ],
-                &mut acts,
-            );
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                rms_norm_inplace(&mut q, qn, hp.rms_eps);
-                rms_norm_inplace(&mut k, kn, hp.rms_eps);
-            }
             let rope = &ropes[il];
             let cs = &tables
                 .iter()
                 .find(|(r, _)| *r == rope)
                 .expect("table built above")
                 .1;
-            for t in 0..n_tokens {
-                let c = &cs[t * rope.n_rot..(t + 1) * rope.n_rot];
-                rope.apply(&mut q[t * nh * dk..(t + 1) * nh * dk], dk, c);
-                rope.apply(&mut k[t * nkv * dk..(t + 1) * nkv * dk], dk, c);
-            }
-            let kq_scale = match self.arch.q_scale {
-                QScale::InSoftmax => hp.attention_scale(),
-                QScale::PreScaleQ => {
-                    let s = hp.attention_scale();
-                    q.iter_mut().for_each(|v| *v *= s);
-                    1.0
-                }
-            };
             let pool = kv.layer_pool(il);
-            for t in 0..n_tokens {
-                kv.store(
-                    il,
-                    cells[pool][t],
-                    &k[t * nkv * dk..(t + 1) * nkv * dk],
-                    &v[t * nkv * dv..(t + 1) * nkv * dv],
+
+            // Attention: Q of every row, K and V stored in the cache chunk by chunk.
+            let mut q = vec![0f32; n_tokens * nh * dk];
+            let mut kq_scale = 1.0;
+            for r0 in (0..n_tokens).step_by(ROW_CHUNK) {
+                let r1 = (r0 + ROW_CHUNK).min(n_tokens);
+                let mut h = vec![0f32; (r1 - r0) * n_embd];
+                rms_norm(&x[r0 * n_embd..r1 * n_embd], &lw.attn_norm, hp.rms_eps, &mut h);
+                let [qc, mut k, v] = self.project_many(
+                    [
+                        (&lw.wq, lw.bq.as_ref()),
+                        (&lw.wk, lw.bk.as_ref()),
+                        (&lw.wv, lw.bv.as_ref()),
+                    ],
+                    &mut Activations::new(&h, n_embd),
                 );
+                let qc_dst = &mut q[r0 * nh * dk..r1 * nh * dk];
+                qc_dst.copy_from_slice(&qc);
+                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                    rms_norm_inplace(qc_dst, qn, hp.rms_eps);
+                    rms_norm_inplace(&mut k, kn, hp.rms_eps);
+                }
+                for t in r0..r1 {
+                    let c = &cs[t * rope.n_rot..(t + 1) * rope.n_rot];
+                    let i = t - r0;
+                    rope.apply(&mut qc_dst[i * nh * dk..(i + 1) * nh * dk], dk, c);
+                    rope.apply(&mut k[i * nkv * dk..(i + 1) * nkv * dk], dk, c);
+                }
+                kq_scale = match self.arch.q_scale {
+                    QScale::InSoftmax => hp.attention_scale(),
+                    QScale::PreScaleQ => {
+                        let s = hp.attention_scale();
+                        qc_dst.iter_mut().for_each(|v| *v *= s);
+                        1.0
+                    }
+                };
+                let rows_kv = k.chunks_exact(nkv * dk).zip(v.chunks_exact(nkv * dv));
+                for (&cell, (kr, vr)) in cells[pool][r0..r1].iter().zip(rows_kv) {
+                    kv.store(il, cell, kr, vr);
+                }
             }
             if il == last {
                 // Only the rows that produce outputs go on.
@@ -242,37 +252,47 @@ impl Model {
                     })
                 })
             });
-            let n_rows = if il == last { rows.len() } else { n_rows };
-            let mut o = self.project(&lw.wo, &mut Activations::new(&attn, nh * dv), lw.bo.as_ref());
-            if let Some(w) = &lw.post_attn_norm {
-                rms_norm_inplace(&mut o, w, hp.rms_eps);
-            }
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            drop(q);
 
-            // Feed-forward.
-            let mut h = vec![0f32; n_rows * n_embd];
-            rms_norm(&x, &lw.ffn_norm, hp.rms_eps, &mut h);
-            let mut acts = Activations::new(&h, n_embd);
-            let [mut gate, up] = self.project_many(
-                [
-                    (&lw.ffn_gate, lw.ffn_gate_b.as_ref()),
-                    (&lw.ffn_up, lw.ffn_up_b.as_ref()),
-                ],
-                &mut acts,
-            );
-            match self.arch.ffn {
-                Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(&mut gate, &up),
-                Ffn::GeluGated => act::geglu(&mut gate, &up),
+            // Output projection and feed-forward, row-wise: chunk by chunk.
+            let n_rows = rows.len();
+            for r0 in (0..n_rows).step_by(ROW_CHUNK) {
+                let r1 = (r0 + ROW_CHUNK).min(n_rows);
+                let xc = &mut x[r0 * n_embd..r1 * n_embd];
+                let mut o = self.project(
+                    &lw.wo,
+                    &mut Activations::new(&attn[r0 * nh * dv..r1 * nh * dv], nh * dv),
+                    lw.bo.as_ref(),
+                );
+                if let Some(w) = &lw.post_attn_norm {
+                    rms_norm_inplace(&mut o, w, hp.rms_eps);
+                }
+                xc.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+                let mut h = o;
+                rms_norm(xc, &lw.ffn_norm, hp.rms_eps, &mut h);
+                let [mut gate, up] = self.project_many(
+                    [
+                        (&lw.ffn_gate, lw.ffn_gate_b.as_ref()),
+                        (&lw.ffn_up, lw.ffn_up_b.as_ref()),
+                    ],
+                    &mut Activations::new(&h, n_embd),
+                );
+                match self.arch.ffn {
+                    Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(&mut gate, &up),
+                    Ffn::GeluGated => act::geglu(&mut gate, &up),
+                }
+                drop(up);
+                let mut down = self.project(
+                    &lw.ffn_down,
+                    &mut Activations::new(&gate, hp.n_ff[il]),
+                    lw.ffn_down_b.as_ref(),
+                );
+                if let Some(w) = &lw.post_ffn_norm {
+                    rms_norm_inplace(&mut down, w, hp.rms_eps);
+                }
+                xc.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
             }
-            let mut down = self.project(
-                &lw.ffn_down,
-                &mut Activations::new(&gate, hp.n_ff[il]),
-                lw.ffn_down_b.as_ref(),
-            );
-            if let Some(w) = &lw.post_ffn_norm {
-                rms_norm_inplace(&mut down, w, hp.rms_eps);
-            }
-            x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
         }
         rms_norm_inplace(&mut x, &self.w.output_norm, hp.rms_eps);
         x
