@@ -423,21 +423,12 @@ pub async fn create(
     }
     progress(Progress::WritingManifest);
     let manifest = Manifest::new(config_layer, layers);
-    store.write_manifest(&name, &manifest.to_bytes())?;
-
-    if let Some(old) = old {
-        let keep = manifest.digests();
-        let unused: Vec<Digest> = old
-            .manifest
-            .digests()
-            .into_iter()
-            .filter(|d| !keep.contains(d))
-            .collect();
-        if !unused.is_empty() {
-            progress(Progress::RemovingUnusedLayers);
-            store.remove_unused(&unused)?;
-        }
-    }
+    store.replace_manifest(
+        &name,
+        &manifest.to_bytes(),
+        old.as_ref().map(|o| &o.manifest),
+        progress,
+    )?;
     drop(pin);
     progress(Progress::Success);
     Ok(())

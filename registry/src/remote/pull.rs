@@ -112,19 +112,7 @@ impl Client {
         // Every blob was hashed before it got its final name.
         progress(Progress::VerifyingDigest);
         progress(Progress::WritingManifest);
-        store.write_manifest(name, &bytes)?;
-        if let Some(old) = old {
-            let unused: Vec<Digest> = old
-                .manifest
-                .digests()
-                .into_iter()
-                .filter(|d| !digests.contains(d))
-                .collect();
-            if !unused.is_empty() {
-                progress(Progress::RemovingUnusedLayers);
-                store.remove_unused(&unused)?;
-            }
-        }
+        store.replace_manifest(name, &bytes, old.as_ref().map(|o| &o.manifest), progress)?;
         drop(pin);
         progress(Progress::Success);
         Ok(())

@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::fsutil::{self, AtomicFile};
 use crate::manifest::{Manifest, ModelConfig, MAX_MANIFEST_BYTES};
 use crate::name::Name;
+use crate::progress::{Progress, ProgressFn};
 
 /// Environment variable naming the models directory.
 pub const MODELS_ENV: &str = "OLLAMARS_MODELS";
@@ -623,8 +624,32 @@ impl Store {
         self.remove_unused_locked(&digests)
     }
 
-    /// Removes those of `candidates` that no manifest and no live pin references. Used after a
-    /// pull or create replaced a manifest.
+    /// Writes `name`'s manifest (as [`Store::write_manifest`]) in place of `old`, the one it had
+    /// before a pull or create, then removes the blobs only `old` used (those no manifest and no
+    /// live pin references), announcing that through `progress` when there are any.
+    pub(crate) fn replace_manifest(
+        &self,
+        name: &Name,
+        bytes: &[u8],
+        old: Option<&Manifest>,
+        progress: &ProgressFn<'_>,
+    ) -> Result<()> {
+        let keep = Manifest::parse(bytes)?.digests();
+        self.write_manifest(name, bytes)?;
+        let unused: Vec<Digest> = old
+            .map(Manifest::digests)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| !keep.contains(d))
+            .collect();
+        if !unused.is_empty() {
+            progress(Progress::RemovingUnusedLayers);
+            self.remove_unused(&unused)?;
+        }
+        Ok(())
+    }
+
+    /// Removes those of `candidates` that no manifest and no live pin references.
     pub(crate) fn remove_unused(&self, candidates: &[Digest]) -> Result<Vec<Digest>> {
         if candidates.is_empty() {
             return Ok(Vec::new());

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use engine::gguf::{GgufFile, Value};
 use registry::manifest::media;
+use registry::store::CheckOptions;
 use registry::{
     create, create_from_modelfile, show, Capability, CreateOptions, CreateRequest, Digest, Error, Modelfile,
     Name, Progress, Store,
@@ -404,4 +405,63 @@ async fn create_quantizes_with_the_engines_quantizer() {
         .await
         .unwrap_err();
     assert!(err.is_bad_request(), "{err}");
+}
+
+/// Creating a model again under its name removes the blobs only its old manifest used, and
+/// keeps those another model (or the new manifest) still uses.
+#[tokio::test]
+async fn recreating_a_model_removes_only_the_blobs_nothing_else_uses() {
+    let (dir, store) = common::store();
+    common::tiny_gguf(&dir.path().join("tiny.gguf"), 16, &[]);
+    let layer = |model: &str, media_type: &str| -> Digest {
+        let m = store.read_manifest(&name(model)).unwrap().manifest;
+        m.layers
+            .iter()
+            .find(|l| l.media_type == media_type)
+            .unwrap()
+            .digest
+    };
+    create_mf(
+        &store,
+        dir.path(),
+        "a",
+        "FROM ./tiny.gguf\nSYSTEM shared\nLICENSE only a\n",
+    )
+    .await
+    .unwrap();
+    create_mf(&store, dir.path(), "b", "FROM ./tiny.gguf\nSYSTEM shared\n")
+        .await
+        .unwrap();
+    let (weights, system, license) = (
+        layer("a", media::MODEL),
+        layer("a", media::SYSTEM),
+        layer("a", media::LICENSE),
+    );
+    assert_eq!(system, layer("b", media::SYSTEM));
+
+    let ev = create_mf(&store, dir.path(), "a", "FROM ./tiny.gguf\nSYSTEM shared\n")
+        .await
+        .unwrap();
+    assert!(
+        ev.statuses().contains(&"removing unused layers".to_string()),
+        "{:?}",
+        ev.statuses()
+    );
+    assert!(!store.has_blob(&license), "the old license layer is gone");
+    assert!(
+        store.has_blob(&weights) && store.has_blob(&system),
+        "shared layers stay"
+    );
+
+    // Nothing left to remove: no such step.
+    let ev = create_mf(&store, dir.path(), "a", "FROM ./tiny.gguf\nSYSTEM shared\n")
+        .await
+        .unwrap();
+    assert!(
+        !ev.statuses().contains(&"removing unused layers".to_string()),
+        "{:?}",
+        ev.statuses()
+    );
+    let report = store.check(&CheckOptions::default()).unwrap();
+    assert!(report.is_consistent(), "{report:?}");
 }
