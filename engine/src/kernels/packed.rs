@@ -43,6 +43,7 @@ struct Codes {
     header: [u8; 32],
 }
 
+#[cfg(test)]
 fn decode(ty: GgmlType, b: &[u8]) -> Codes {
     let mut c = Codes {
         codes: [0; 256],
@@ -158,7 +159,8 @@ fn step_at(k: usize, r: usize, i: usize) -> usize {
     64 * k + 4 * r + i
 }
 
-/// Writes the 16 rows' blocks `blocks[r]` as one tile.
+/// Writes the 16 rows' blocks `blocks[r]` as one tile (the reference for [`pack_group`]).
+#[cfg(test)]
 fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
     use GgmlType::*;
     let nib_chunks = |t: &mut [u8], base: usize, n_el: usize| {
@@ -295,17 +297,146 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
 pub fn pack_in_place(ty: GgmlType, n: usize, data: &mut [u8], rows: usize, scratch: &mut Vec<u8>) -> usize {
     assert!(has_layout(ty));
     let rb = ty.row_bytes(n as u64).expect("whole blocks") as usize;
-    let bb = ty.type_size() as usize;
-    let nb = rb / bb;
     let groups = rows / GROUP;
-    let tb = tile_bytes(ty);
-    for g in 0..groups {
-        let group = &mut data[g * GROUP * rb..(g + 1) * GROUP * rb];
+    for group in data[..groups * GROUP * rb].chunks_exact_mut(GROUP * rb) {
         scratch.clear();
         scratch.extend_from_slice(group);
-        for b in 0..nb {
+        pack_group(ty, rb, scratch, group);
+    }
+    groups * GROUP
+}
+
+/// Writes the 16 row-major rows `src` (`rb` bytes each) as packed tiles into `dst`.
+///
+/// Each type moves whole words straight from the file's block to their places in the tile (the
+/// nibble and bit shuffles done four rows' bytes at a time in a `u32`), so packing a model runs
+/// near memory speed; [`pack_tile`] is the element-by-element reference it must match.
+fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
+    use GgmlType::*;
+    match ty {
+        Q8_0 => pack_tiles(ty, rb, src, dst, pack_q8_0),
+        Q4_0 => pack_tiles(ty, rb, src, dst, pack_q4_0),
+        Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
+        Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
+        Q6_K => pack_tiles(ty, rb, src, dst, pack_q6_k),
+        _ => unreachable!("no packed layout for {ty}"),
+    }
+}
+
+/// Calls `row_block(block, r, tile)` for every row `r` of every tile of a group.
+#[inline(always)]
+fn pack_tiles(
+    ty: GgmlType,
+    rb: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    row_block: impl Fn(&[u8], usize, &mut [u8]),
+) {
+    let bb = ty.type_size() as usize;
+    let tb = tile_bytes(ty);
+    for (b, t) in dst[..rb / bb * tb].chunks_exact_mut(tb).enumerate() {
+        for r in 0..GROUP {
+            row_block(&src[r * rb + b * bb..r * rb + (b + 1) * bb], r, t);
+        }
+    }
+}
+
+#[inline(always)]
+fn word(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+#[inline(always)]
+fn put(t: &mut [u8], o: usize, w: u32) {
+    t[o..o + 4].copy_from_slice(&w.to_le_bytes());
+}
+
+/// Moves the 4-bit codes `qs` (`len` bytes, the format's runs of `len` low nibbles then `len`
+/// high nibbles, repeated) of row `r` into the nibble chunks at `base`. Each 8 source bytes give
+/// the row's 4 bytes of two chunks: one holding their low nibbles, one their high nibbles.
+#[inline(always)]
+fn put_nibbles(qs: &[u8], run: usize, r: usize, t: &mut [u8], base: usize) {
+    const LO: u32 = 0x0f0f_0f0f;
+    for g in 0..qs.len() / 8 {
+        let (a, b) = (word(qs, 8 * g), word(qs, 8 * g + 4));
+        let (k, s) = (g / (run / 8), g % (run / 8));
+        let c = k * (run / 4) + s;
+        put(t, base + 64 * c + 4 * r, (a & LO) | ((b & LO) << 4));
+        put(t, base + 64 * (c + run / 8) + 4 * r, ((a >> 4) & LO) | (b & !LO));
+    }
+}
+
+// Each of these writes row `r`'s block `blk` (the file's layout) into its places in tile `t`.
+
+fn pack_q8_0(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    for k in 0..8 {
+        put(t, 32 + 64 * k + 4 * r, word(blk, 2 + 4 * k));
+    }
+}
+
+fn pack_q4_0(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    put_nibbles(&blk[2..18], 16, r, t, 32);
+}
+
+fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    // Step k's u64 holds at bit `4r + i` the 5th bit of element 4k+i: qh's bits 4k..4k+4.
+    let qh = word(blk, 2);
+    for k in 0..8 {
+        let o = 32 + 8 * k + r / 2;
+        let v = ((qh >> (4 * k)) & 15) as u8;
+        t[o] = if r.is_multiple_of(2) {
+            (t[o] & 0xf0) | v
+        } else {
+            (t[o] & 0x0f) | (v << 4)
+        };
+    }
+    put_nibbles(&blk[6..22], 16, r, t, 96);
+}
+
+fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    for i in 0..12 {
+        t[64 + 16 * i + r] = blk[4 + i];
+    }
+    put_nibbles(&blk[16..144], 32, r, t, 256);
+}
+
+fn pack_q6_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[208..210]);
+    for j in 0..16 {
+        t[32 + 16 * j + r] = blk[192 + j];
+    }
+    // Low 4 bits: per half, 64 low nibbles then 64 high nibbles of `ql`.
+    put_nibbles(&blk[..128], 64, r, t, 288);
+    // Top 2 bits: chunk h holds elements 16h..16h+16, which come from `qh` bytes
+    // 32(h/8) + 16(h%2) + 4s + i at bits 2((h%8)/2)..; step 4h+s goes to bits 2s.
+    const M: u32 = 0x0303_0303;
+    for h in 0..16 {
+        let (base, shift) = (128 + 32 * (h / 8) + 16 * (h % 2), 2 * ((h % 8) / 2));
+        let mut w = 0;
+        for s in 0..4 {
+            w |= ((word(blk, base + 4 * s) >> shift) & M) << (2 * s);
+        }
+        put(t, 2336 + 64 * h + 4 * r, w);
+    }
+}
+
+/// The element-by-element packer [`pack_group`] must match byte for byte.
+#[cfg(test)]
+fn pack_in_place_reference(ty: GgmlType, n: usize, data: &mut [u8], rows: usize) -> usize {
+    let rb = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let bb = ty.type_size() as usize;
+    let tb = tile_bytes(ty);
+    let groups = rows / GROUP;
+    for group in data[..groups * GROUP * rb].chunks_exact_mut(GROUP * rb) {
+        let src = group.to_vec();
+        for b in 0..rb / bb {
             let blocks: [Codes; GROUP] =
-                std::array::from_fn(|r| decode(ty, &scratch[r * rb + b * bb..r * rb + (b + 1) * bb]));
+                std::array::from_fn(|r| decode(ty, &src[r * rb + b * bb..r * rb + (b + 1) * bb]));
             pack_tile(ty, &blocks, &mut group[b * tb..(b + 1) * tb]);
         }
     }
@@ -327,6 +458,29 @@ pub fn unpack_row(ty: GgmlType, n: usize, group: &[u8], r: usize, out: &mut [u8]
 mod tests {
     use super::*;
     use crate::kernels::tests::{random_rows, Rng};
+
+    #[test]
+    fn fast_packer_matches_reference() {
+        let mut rng = Rng::new(11);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            for (n, rows) in [(ty.block_size() as usize, 16), (3 * ty.block_size() as usize, 53)] {
+                let orig = random_rows(&mut rng, ty, n, rows);
+                let (mut fast, mut reference) = (orig.clone(), orig.clone());
+                let mut scratch = Vec::new();
+                assert_eq!(
+                    pack_in_place(ty, n, &mut fast, rows, &mut scratch),
+                    pack_in_place_reference(ty, n, &mut reference, rows)
+                );
+                assert!(fast == reference, "{ty} n={n} rows={rows}: packed bytes differ");
+            }
+        }
+    }
 
     #[test]
     fn packing_is_lossless_and_size_preserving() {
