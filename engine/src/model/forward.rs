@@ -13,7 +13,7 @@ use super::arch::{Ffn, QScale};
 use super::weights::Weight;
 use super::Model;
 use crate::kv::{KvCache, Pos, SeqId};
-use crate::ops::attention::{attend_head, AttnShape, Scratch};
+use crate::ops::attention::{attend_tile, AttnShape, TileScratch, TILE_ROWS};
 use crate::ops::matmul::matmul_many;
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
 use crate::ops::rope::Rope;
@@ -28,7 +28,7 @@ use crate::TokenId;
 pub(crate) const ROW_CHUNK: usize = 64;
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
 }
 
 /// The attention output, written by the threads of a step: each (row, head) by one task.
@@ -228,26 +228,37 @@ impl Model {
             let visible = &visible[pool];
             let mut attn = vec![0f32; rows.len() * nh * dv];
             let dst = OutPtr(attn.as_mut_ptr());
-            // One task per (row, query head): a decode step still spreads its heads over threads.
+            // Tasks: (tile of rows, KV head) for a batch; for a decode step, one per query head,
+            // so that its heads still spread over the threads.
+            let group = nh / nkv;
+            let (tile_rows, head_step) = if rows.len() == 1 {
+                (1, 1)
+            } else {
+                (TILE_ROWS, group)
+            };
+            let n_tiles = rows.len().div_ceil(tile_rows);
+            let per_tile = nh / head_step;
             threads::with_current(|tp| {
-                tp.for_each_chunk(rows.len() * nh, 1, |items| {
+                tp.for_each_chunk(n_tiles * per_tile, 1, |items| {
                     SCRATCH.with(|scratch| {
                         let scratch = &mut scratch.borrow_mut();
                         for i in items {
-                            let (ri, h) = (i / nh, i % nh);
-                            let t = rows[ri];
-                            // SAFETY: item i alone writes head h of output row ri, in bounds
-                            // of `attn`, which outlives the step.
-                            let out = unsafe { std::slice::from_raw_parts_mut(dst.get().add(i * dv), dv) };
-                            attend_head(
-                                &q[t * nh * dk..(t + 1) * nh * dk],
-                                cache,
-                                &visible[t],
-                                &shape,
-                                h,
-                                scratch,
-                                out,
-                            );
+                            let (tile, h0) = (i / per_tile, i % per_tile * head_step);
+                            let r0 = tile * tile_rows;
+                            let tile = &rows[r0..(r0 + tile_rows).min(rows.len())];
+                            let qs: Vec<&[f32]> =
+                                tile.iter().map(|&t| &q[t * nh * dk..(t + 1) * nh * dk]).collect();
+                            let cells: Vec<&[u32]> = tile.iter().map(|&t| visible[t].as_slice()).collect();
+                            attend_tile(&qs, cache, &cells, &shape, h0..h0 + head_step, scratch, |r, h| {
+                                // SAFETY: (row r0 + r, head h) is written by this task alone,
+                                // in bounds of `attn`, which outlives the step.
+                                unsafe {
+                                    std::slice::from_raw_parts_mut(
+                                        dst.get().add(((r0 + r) * nh + h) * dv),
+                                        dv,
+                                    )
+                                }
+                            });
                         }
                     })
                 })
