@@ -423,6 +423,51 @@ mod tests {
         }
     }
 
+    /// A token's packed product is the same, bit for bit, alone (decode's one-column kernels)
+    /// and inside a batch (the multi-column tiles): decode and prefill never disagree.
+    #[test]
+    fn packed_decode_matches_batch_bitwise() {
+        use crate::kernels::packed;
+        let pool = ThreadPool::new(2).unwrap();
+        let mut rng = Rng::new(21);
+        for isa in Isa::supported() {
+            for ty in [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ] {
+                if !can_use_packed(isa, ty) {
+                    continue;
+                }
+                let (n, n_out, n_tokens) = (3 * ty.block_size() as usize, 48, 8);
+                let mut data = random_rows(&mut rng, ty, n, n_out);
+                let packed_rows = packed::pack_in_place(ty, n, &mut data, n_out, &mut Vec::new());
+                let w = Matrix {
+                    ty,
+                    n,
+                    n_out,
+                    row_bytes: row_bytes(ty, n),
+                    data: &data,
+                    packed_rows,
+                };
+                let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
+                let mut batch = vec![0f32; n_out * n_tokens];
+                matmul(&pool, isa, &w, &xq.concat(), n_tokens, &mut batch);
+                for (t, x) in xq.iter().enumerate() {
+                    let mut one = vec![f32::NAN; n_out];
+                    matmul(&pool, isa, &w, x, 1, &mut one);
+                    let want = &batch[t * n_out..(t + 1) * n_out];
+                    assert!(
+                        one.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa} {ty} token {t}: {one:?} vs {want:?}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Fused products (different types and sizes, as Q/K/V of a real model; packed where the
     /// tier has packed kernels, with a row-major tail) give each matrix's own result, on the
     /// fused decode step and on the one-by-one batch path.

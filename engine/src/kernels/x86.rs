@@ -1213,6 +1213,14 @@ pub(super) trait Pk512 {
         _mm512_setzero_ps()
     }
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
+    /// One token (decode): by default the generic tile with one column.
+    #[inline(always)]
+    unsafe fn tile1(g: &PkArgs, group: *const u8, t0: usize, out: *mut f32, os: usize)
+    where
+        Self: Sized,
+    {
+        packed_tile512::<Self, 1>(g, group, t0, out, os)
+    }
 }
 
 #[inline(always)]
@@ -1370,6 +1378,43 @@ impl Pk512 for PkQ4K {
             (w[2 * c], w[2 * c + 1]) = nib512(t.add(256 + 64 * (4 * j + c)));
         }
     }
+    /// Decode: the high nibbles are dotted as `16·h` (masked, not shifted) into a sum of their
+    /// own, which halves the shifts and splits the dependency chain; the float steps are the
+    /// generic tile's, in its order, so results are bit for bit the same.
+    #[inline(always)]
+    unsafe fn tile1(g: &PkArgs, group: *const u8, t0: usize, out: *mut f32, os: usize) {
+        let n_sub = g.side.n_sub;
+        let (sd, sm) = (
+            g.side.d.as_ptr().add(t0 * n_sub),
+            g.side.msum.as_ptr().add(t0 * n_sub),
+        );
+        let qoff = g.side.qoff.as_ptr();
+        let arow = g.xq.as_ptr().add(t0 * g.row_bytes);
+        let (m_lo, m_hi) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
+        let mut accf = _mm512_setzero_ps();
+        for tile in 0..g.n_tiles {
+            let tp = group.add(tile * Self::TILE);
+            let st = Self::state(tp);
+            for j in 0..Self::SUBS {
+                let js = tile * Self::SUBS + j;
+                let a = arow.add(*qoff.add(js) as usize);
+                let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for c in 0..4 {
+                    let v = ld512(tp.add(256 + 64 * (4 * j + c)));
+                    let a_lo = _mm512_set1_epi32((a.add(8 * c) as *const i32).read_unaligned());
+                    let a_hi = _mm512_set1_epi32((a.add(8 * c + 4) as *const i32).read_unaligned());
+                    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, m_lo), a_lo);
+                    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, m_hi), a_hi);
+                }
+                let dot = _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
+                let d = _mm512_set1_ps(*sd.add(js));
+                let s = Self::scale(&st, j);
+                accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s, d), accf);
+                accf = _mm512_fmadd_ps(Self::min(&st, j), _mm512_set1_ps(*sm.add(js)), accf);
+            }
+        }
+        _mm512_storeu_ps(out.add(t0 * os), accf);
+    }
 }
 
 impl Pk512 for PkQ6K {
@@ -1480,7 +1525,7 @@ unsafe fn packed_body512<T: Pk512>(
         t += 4;
     }
     while t < tokens.end {
-        packed_tile512::<T, 1>(g, group, t, out, os);
+        T::tile1(g, group, t, out, os);
         t += 1;
     }
 }
