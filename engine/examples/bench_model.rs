@@ -91,7 +91,10 @@ fn main() {
             w.set(k, v.clone());
         }
     }
-    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    w.set(
+        "tokenizer.ggml.tokens",
+        Value::Array(Array::String(tokens.into())),
+    );
     w.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     let u32v = |v: usize| Value::U32(v as u32);

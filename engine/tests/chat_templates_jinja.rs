@@ -104,7 +104,7 @@ fn qwen25_coder_gguf_template_matches_hugging_face() {
     let tokens = md.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap();
     let token = |key: &str| {
         let id = md.get_u32(key).unwrap().unwrap() as usize;
-        tokens[id].clone()
+        tokens.get(id).unwrap().to_string()
     };
     let (bos, eos) = (
         token("tokenizer.ggml.bos_token_id"),

@@ -568,11 +568,11 @@ fn the_hostile_table_is_really_hostile_only_where_it_says() {
     assert_eq!(h.metadata.get("deep"), Some(&Value::Array(expect)));
 }
 
-/// A lie within the real size: 12M empty strings (96 MiB of file) would take 300 MiB as
-/// `String`s. The parser refuses before allocating them.
+/// A lie within the real size: 33M empty strings (264 MiB of file) would take 264 MiB of string
+/// offsets, more than the header budget. The parser refuses before allocating them.
 #[test]
 fn header_memory_is_budgeted() {
-    let n: u64 = 12 << 20;
+    let n: u64 = 33 << 20;
     let mut bytes = file(&[], &[], 0);
     bytes.extend(kv("tokenizer.ggml.tokens", T_ARRAY, &array(T_STRING, n, &[])));
     bytes.resize(bytes.len() + (n * 8) as usize, 0);
@@ -602,7 +602,7 @@ fn valid_file() -> Vec<u8> {
     w.set("f64", Value::F64(-0.25));
     w.set(
         "tokens",
-        Value::Array(Array::String(vec!["<s>".into(), "".into(), "▁a".into()])),
+        Value::Array(Array::String(["<s>", "", "▁a"].into_iter().collect())),
     );
     w.set("scores", Value::Array(Array::F32(vec![0.0, -1.0, -2.5])));
     w.set("flags", Value::Array(Array::Bool(vec![true, false])));
@@ -611,7 +611,7 @@ fn valid_file() -> Vec<u8> {
         "nested",
         Value::Array(Array::Array(vec![
             Array::U16(vec![1, 2]),
-            Array::String(vec!["x".into()]),
+            Array::String(["x"].into_iter().collect()),
         ])),
     );
     w.add_tensor("token_embd.weight", GgmlType::Q8_0, &[32, 3])

@@ -39,7 +39,10 @@ fn write_then_read_round_trips() {
     w.set("a.f64", Value::F64(-1.5));
     w.set(
         "a.nested",
-        Value::Array(Array::Array(vec![Array::I32(vec![1, -2]), Array::String(vec![])])),
+        Value::Array(Array::Array(vec![
+            Array::I32(vec![1, -2]),
+            Array::String(Default::default()),
+        ])),
     );
     w.add_tensor("t0", GgmlType::F32, &[3, 2]).unwrap();
     w.add_tensor("t1", GgmlType::Q8_0, &[32]).unwrap();

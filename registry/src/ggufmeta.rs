@@ -172,7 +172,7 @@ fn array_json(a: &Array, max_array: Option<usize>) -> Vec<Value> {
             Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null)
         }),
         Array::Bool(v) => all(v, Value::Bool),
-        Array::String(v) => v.iter().map(|s| Value::String(s.clone())).collect(),
+        Array::String(v) => v.iter().map(|s| Value::String(s.to_string())).collect(),
         Array::Array(v) => v
             .iter()
             .map(|inner| {

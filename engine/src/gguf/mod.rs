@@ -12,5 +12,5 @@ pub use reader::{
     parse, tensor_size, Header, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_HEADER_MEMORY,
     MAX_NAME,
 };
-pub use value::{Array, Metadata, Value, ValueType};
+pub use value::{Array, Metadata, Strings, Value, ValueType};
 pub use writer::{GgufWriter, SplitBy, TensorData, TensorSpec};

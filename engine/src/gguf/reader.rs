@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::mem::size_of;
 
-use super::value::{Array, Metadata, Value, ValueType};
+use super::value::{Array, Metadata, Strings, Value, ValueType};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -482,10 +482,10 @@ impl<'a> Cursor<'a> {
                 Array::Bool(v)
             }
             ValueType::String => {
-                self.charge_n(count, size_of::<String>())?;
-                let mut v = Vec::with_capacity(n);
+                self.charge_n(count, size_of::<usize>())?;
+                let mut v = Strings::with_capacity(n, 0);
                 for _ in 0..n {
-                    v.push(self.string("string array element")?);
+                    v.push(&self.string("string array element")?);
                 }
                 Array::String(v)
             }

@@ -413,7 +413,7 @@ fn write_array(w: &mut impl Write, a: &Array) -> std::io::Result<()> {
             Ok(())
         }
         Array::String(v) => {
-            for s in v {
+            for s in v.iter() {
                 write_str(w, s)?;
             }
             Ok(())

@@ -53,7 +53,7 @@ impl ModelTemplates {
             };
             Ok(tokens
                 .and_then(|t| t.get(id as usize))
-                .cloned()
+                .map(str::to_string)
                 .unwrap_or_default())
         };
         // llama.cpp's default when the key is absent: SPM vocabularies add BOS, BPE ones do not.

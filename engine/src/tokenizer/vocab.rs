@@ -357,7 +357,7 @@ impl Vocab {
             t => t,
         };
 
-        let mut texts = StrTable::with_capacity(n, tokens.iter().map(String::len).sum());
+        let mut texts = StrTable::with_capacity(n, tokens.total_len());
         let mut attrs = Vec::with_capacity(n);
         let mut max_token_len = 0;
         for (i, text) in tokens.iter().enumerate() {
@@ -365,7 +365,7 @@ impl Vocab {
             let text = if text.is_empty() {
                 warnings.push(format!("empty token at index {i}"));
                 empty = format!("[EMPTY_{i}]");
-                &empty
+                empty.as_str()
             } else {
                 text
             };
@@ -392,8 +392,8 @@ impl Vocab {
         if kind == VocabKind::Bpe {
             const MERGES: &str = "tokenizer.ggml.merges";
             let list = md.require(MERGES, md.get_str_array(MERGES))?;
-            merges = StrTable::with_capacity(list.len(), list.iter().map(String::len).sum());
-            for m in list {
+            merges = StrTable::with_capacity(list.len(), list.total_len());
+            for m in list.iter() {
                 // llama.cpp splits at the first space after the first byte; a merge without one
                 // can never match, and a repeated merge keeps its first rank. The stored text
                 // keeps that space, so a lookup builds "left right" from two symbols.

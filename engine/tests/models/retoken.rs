@@ -34,7 +34,7 @@ pub fn retoken(src: &Path, out: &Path, edits: &[(u32, &str, i32)]) {
         texts[id as usize] = text.to_string();
         types[id as usize] = ty;
     }
-    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts)));
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts.into())));
     w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     let tensors = g.tensors();
     w.write_file(out, |i, _| Ok(Cow::Borrowed(g.tensor_data(&tensors[i]))))

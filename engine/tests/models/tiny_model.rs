@@ -142,7 +142,10 @@ pub fn write(spec: &Spec, fixtures: &Path, out: &Path) {
             tokens[id] = text.to_string();
             types[id] = 3;
         }
-        w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+        w.set(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::String(tokens.into())),
+        );
         let types = types.iter().map(|&t| t as i32).collect();
         w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     }
