@@ -66,11 +66,26 @@ pub struct Automaton {
     states: Vec<State>,
     state_ids: HashMap<(u32, Partial), u32>,
     table: Vec<u32>,
+    /// The step being computed went past [`MAX_STACKS`]: its position counts as `DEAD`.
+    over: bool,
+    /// Some step went past [`MAX_STACKS`] (for the error the matcher reports).
+    pub(crate) overflowed: bool,
 }
+
+/// Most stacks one position may hold. In a grammar this ambiguous (nested repetitions such as
+/// `x++++`, or chains of rules each doubling the ways to go on) the stack sets, and the work per
+/// byte, grow without bound: exponentially with the nesting. Grammars come from requests, so a
+/// position past the bound counts as one the grammar cannot reach (`DEAD`): the output still
+/// matches the grammar, generation stops there, and [`Automaton::overflowed`] says why.
+/// Real grammars (JSON schemas, tool calls, llama.cpp's examples) stay below a hundred stacks.
+pub const MAX_STACKS: usize = 1024;
 
 /// Beyond this many transition-table entries (4 bytes each), the caches are rebuilt from the
 /// current position so memory stays bounded on long generations with ever-new states.
 pub const TABLE_LIMIT: usize = 16 << 20;
+/// Likewise for stack nodes (about 40 bytes each with their index): a long generation in an
+/// ambiguous grammar keeps making new ones.
+pub const NODE_LIMIT: usize = 1 << 20;
 
 impl Automaton {
     pub fn new(g: Grammar) -> Self {
@@ -84,6 +99,8 @@ impl Automaton {
             states: Vec::new(),
             state_ids: HashMap::new(),
             table: Vec::new(),
+            over: false,
+            overflowed: false,
         };
         let empty_set = a.intern_set(Vec::new());
         let dead = a.state(empty_set, Partial::default());
@@ -95,6 +112,7 @@ impl Automaton {
     pub fn start(&mut self) -> u32 {
         let root = self.g.root as usize;
         let mut out = Vec::new();
+        self.over = false;
         for alt in self.alternatives(root) {
             let stack = if self.g.elems[alt as usize].ends_sequence() {
                 EMPTY
@@ -103,12 +121,30 @@ impl Automaton {
             };
             self.expand(stack, &mut out);
         }
-        let set = self.intern_set(out);
+        self.complete_state(out)
+    }
+
+    /// The complete state of the stacks one step gave (`DEAD` if none, or past [`MAX_STACKS`]).
+    fn complete_state(&mut self, mut stacks: Vec<u32>) -> u32 {
+        stacks.sort_unstable();
+        stacks.dedup();
+        if self.over || stacks.len() > MAX_STACKS {
+            self.overflowed = true;
+            return DEAD;
+        }
+        if stacks.is_empty() {
+            return DEAD;
+        }
+        let set = self.intern_set(stacks);
         self.state(set, Partial::default())
     }
 
     pub fn table_len(&self) -> usize {
         self.table.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The stacks of a state, each as its element indices from the bottom up (to rebuild it in a
@@ -169,7 +205,13 @@ impl Automaton {
 
     /// `llama_grammar_advance_stack`: the stacks with a terminal (or nothing) on top that `stack`
     /// stands for, appended to `out`.
+    /// Stops early (without caching) once a step holds more than [`MAX_STACKS`] stacks, setting
+    /// `over`: the bound is checked as the expansion goes, because one expansion alone can be
+    /// exponential in the grammar's size.
     fn expand(&mut self, stack: u32, out: &mut Vec<u32>) {
+        if self.over {
+            return;
+        }
         if stack == EMPTY {
             out.push(EMPTY);
             return;
@@ -195,6 +237,14 @@ impl Automaton {
                         self.push(base, alt)
                     };
                     self.expand(s, &mut result);
+                    if result.len() > MAX_STACKS {
+                        result.sort_unstable();
+                        result.dedup();
+                    }
+                    if self.over || result.len() > MAX_STACKS {
+                        self.over = true;
+                        return;
+                    }
                 }
             }
             _ => result.push(stack),
@@ -202,6 +252,11 @@ impl Automaton {
         result.sort_unstable();
         result.dedup();
         out.extend_from_slice(&result);
+        if out.len() > 2 * MAX_STACKS {
+            out.sort_unstable();
+            out.dedup();
+            self.over |= out.len() > MAX_STACKS;
+        }
         self.expanded.insert(stack, result.into_boxed_slice());
     }
 
@@ -338,6 +393,7 @@ impl Automaton {
     /// `llama_grammar_accept`: the state after the code point `c` (complete).
     fn after_char(&mut self, set: u32, c: u32) -> u32 {
         let mut out = Vec::new();
+        self.over = false;
         let stacks = self.sets[set as usize].clone();
         for &stack in stacks.iter() {
             if stack == EMPTY {
@@ -358,11 +414,7 @@ impl Automaton {
             };
             self.expand(raw, &mut out);
         }
-        if out.is_empty() {
-            return DEAD;
-        }
-        let set = self.intern_set(out);
-        self.state(set, Partial::default())
+        self.complete_state(out)
     }
 
     /// The state after a whole token matched by token elements (`<[id]>`, `!<[id]>`) on top of
@@ -374,6 +426,7 @@ impl Automaton {
         let stacks = self.stacks(s).to_vec();
         let mut out = Vec::new();
         let mut any = false;
+        self.over = false;
         for stack in stacks {
             if stack == EMPTY {
                 continue;
@@ -396,6 +449,11 @@ impl Automaton {
             };
             self.expand(raw, &mut out);
         }
+        if self.over {
+            // Past the bound: this way leads nowhere (see `MAX_STACKS`).
+            self.overflowed = true;
+            out.clear();
+        }
         any.then_some(out)
     }
 
@@ -404,11 +462,8 @@ impl Automaton {
     pub fn union(&mut self, s: u32, more: Vec<u32>) -> u32 {
         let mut all = self.stacks(s).to_vec();
         all.extend(more);
-        if all.is_empty() {
-            return DEAD;
-        }
-        let set = self.intern_set(all);
-        self.state(set, Partial::default())
+        self.over = false;
+        self.complete_state(all)
     }
 
     /// Whether every plain-text character (see `vocab::is_plain_ascii`, plus every non-ASCII

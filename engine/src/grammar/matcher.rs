@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::automaton::{Automaton, DEAD, EMPTY, TABLE_LIMIT};
+use super::automaton::{Automaton, DEAD, EMPTY, NODE_LIMIT, TABLE_LIMIT};
 use super::vocab::{TokenKind, TokenVocab};
 use super::{Elem, Grammar, GrammarError};
 use crate::TokenId;
@@ -94,6 +94,12 @@ impl Matcher {
             walk: Vec::new(),
             mask_cache: Vec::new(),
         })
+    }
+
+    /// Some continuation was cut because the grammar is too ambiguous there (see
+    /// [`MAX_STACKS`](super::MAX_STACKS)): why no token may be allowed.
+    pub fn too_ambiguous(&self) -> bool {
+        self.auto.overflowed
     }
 
     pub fn vocab(&self) -> &TokenVocab {
@@ -201,12 +207,13 @@ impl Matcher {
 
     /// Rebuilds the automaton's caches when they grow past their bound.
     fn maybe_compact(&mut self) {
-        if self.auto.table_len() <= TABLE_LIMIT {
+        if self.auto.table_len() <= TABLE_LIMIT && self.auto.node_count() <= NODE_LIMIT {
             return;
         }
         let (stacks, partial) = self.auto.export(self.state);
-        let g = self.auto.g.clone();
+        let (g, overflowed) = (self.auto.g.clone(), self.auto.overflowed);
         self.auto = Automaton::new(g);
+        self.auto.overflowed = overflowed;
         self.state = self.auto.import(&stacks, partial);
         self.mask_cache.clear(); // keyed by the old state numbers
     }

@@ -26,6 +26,7 @@ mod vocab;
 #[cfg(test)]
 mod tests;
 
+pub use automaton::MAX_STACKS;
 pub use matcher::{Matcher, TokenMask};
 pub use tool_calls::tool_call_grammar;
 pub use vocab::{TokenKind, TokenVocab};

@@ -612,3 +612,94 @@ fn cached_masks_equal_fresh_ones() {
     }
     assert!(mask.contains(256), "the end token after the closing brace");
 }
+
+/// Nested repetitions make the stack sets grow exponentially with the nesting (every split of
+/// the text between the levels is a parse). Grammars come from requests: past `MAX_STACKS`
+/// stacks a position counts as unreachable, so matching stays cheap and says why it stopped.
+#[test]
+fn nested_repetitions_are_bounded() {
+    let g = Grammar::parse(&format!("root ::= \"a\"{}", "+".repeat(40))).unwrap();
+    let mut m = Matcher::new(&g, byte_vocab()).unwrap();
+    let mut accepted = 0;
+    for _ in 0..200 {
+        if m.accept(u32::from(b'a')).is_err() {
+            break;
+        }
+        accepted += 1;
+    }
+    assert!(accepted >= 1, "the first 'a' is always fine");
+    assert!(
+        accepted < 200,
+        "a 40-deep nesting cannot stay under the bound for 200 bytes"
+    );
+    assert!(m.too_ambiguous());
+    // No more 'a' (the next position is past the bound); the text so far may still end.
+    let mut mask = TokenMask::new(257);
+    m.fill_mask(&mut mask);
+    assert_eq!(mask.iter().collect::<Vec<_>>(), [256]);
+
+    // Ambiguity of a usual size stays far below the bound.
+    let g = Grammar::parse("root ::= (\"a\"+ \" \"?)+ \"b\"").unwrap();
+    let mut m = Matcher::new(&g, byte_vocab()).unwrap();
+    m.accept_bytes("a a aa ".repeat(100).as_bytes()).unwrap();
+    m.accept_bytes(b"b").unwrap();
+    assert!(m.can_end() && !m.too_ambiguous());
+}
+
+/// The fuzz target `grammar` ran for minutes on this input (a token element under 130 nested
+/// `+`): the grammar text, a NUL, then the token picks, replayed as the target does.
+#[test]
+fn fuzz_grammar_timeout_nested_token_repetition() {
+    let mut input = b"root ::= [^abc\\n]+ \"\". . [a-0]{0,8} !<[257]>".to_vec();
+    input.extend(std::iter::repeat_n(b'+', 130));
+    input.extend(b"? \"x\"{2,5}\n\0");
+    input.extend([
+        123, 35, 32, 60, 0, 9, 91, 50, 53, 54, 93, 62, 6, 1, 0, 0, 32, 91, 56, 0, 0, 99, 48, 45, 52, 95, 93,
+        63, 32, 120, 123, 54, 125, 32, 121, 123, 49, 40, 51, 125, 32, 122, 123, 50, 44, 125, 10, 120, 32, 58,
+        58, 61, 32, 34, 120, 34, 0, 34, 123, 255, 255, 48, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+        255, 255, 255, 255, 255, 255, 255, 255, 35,
+    ]);
+    let nul = input.iter().position(|&b| b == 0).unwrap();
+    let (text, feed) = (std::str::from_utf8(&input[..nul]).unwrap(), &input[nul + 1..]);
+    // The fuzz target's vocabulary: every byte, a few multi-byte tokens, an end and a special.
+    let multi: [&[u8]; 11] = [
+        b"true",
+        b"null",
+        b"\": ",
+        b"{\"",
+        b"\"}",
+        b"  ",
+        b"12",
+        b"\xc3\xa9",
+        b"\xe6\x97",
+        b"\xa5",
+        b"ab",
+    ];
+    let mut toks: Vec<(Vec<u8>, TokenKind)> = (0..=255u8).map(|b| (vec![b], TokenKind::Text)).collect();
+    toks.extend(multi.iter().map(|t| (t.to_vec(), TokenKind::Text)));
+    let eog = toks.len() as u32;
+    toks.push((b"</s>".to_vec(), TokenKind::EndOfGeneration));
+    toks.push((b"<|tool|>".to_vec(), TokenKind::Special));
+    let vocab = Arc::new(TokenVocab::new(toks));
+    let g = Grammar::parse(text).unwrap();
+    let mut m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+    let mut mask = TokenMask::new(vocab.n_tokens());
+    for &b in feed {
+        let tok = if b < 0xf0 {
+            u32::from(b)
+        } else {
+            256 + u32::from(b - 0xf0) % (eog + 2 - 256)
+        };
+        m.fill_mask(&mut mask);
+        let allowed = mask.contains(tok);
+        assert_eq!(allowed, m.allows(tok), "mask and allows disagree on token {tok}");
+        assert_eq!(
+            allowed,
+            m.accept(tok).is_ok(),
+            "mask and accept disagree on token {tok}"
+        );
+        if !allowed {
+            break;
+        }
+    }
+}

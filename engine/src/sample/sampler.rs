@@ -147,7 +147,15 @@ impl Sampler {
             Some(c) => {
                 constrained_candidates(&self.opts, logits, c, &mut self.cands);
                 if self.cands.data.is_empty() {
-                    return Err(Error::InvalidArgument("the grammar allows no token here".into()));
+                    let why = if c.matcher.too_ambiguous() {
+                        format!(
+                            "the grammar allows no token here: it is too ambiguous (more than {} ways to parse the text so far)",
+                            crate::grammar::MAX_STACKS
+                        )
+                    } else {
+                        "the grammar allows no token here".to_string()
+                    };
+                    return Err(Error::InvalidArgument(why));
                 }
                 finish_chain(
                     &self.opts,
