@@ -499,8 +499,19 @@ pub async fn create_blob(
 ) -> Response {
     into_response(
         async {
-            let d = Digest::parse_api(&digest)?;
+            // An answer given before the body is read would leave the connection mid-body:
+            // hyper then closes it, and a client that keeps it for its next request (reqwest,
+            // httpx) fails that request. So the body is read to its end here too (within the
+            // same size and time limits as an upload).
+            let d = match Digest::parse_api(&digest) {
+                Ok(d) => d,
+                Err(e) => {
+                    discard(body).await;
+                    return Err(e.into());
+                }
+            };
             if st.store.has_blob(&d) {
+                discard(body).await;
                 return Ok(StatusCode::OK.into_response());
             }
             // A body that fails is the client's doing (it paused longer than `read_timeout`, or
@@ -531,6 +542,13 @@ pub async fn create_blob(
         }
         .await,
     )
+}
+
+/// Reads the rest of a request body and drops it (an error ends the reading: the connection
+/// is gone then anyway).
+async fn discard(body: Body) {
+    let mut stream = body.into_data_stream();
+    while let Some(Ok(_)) = stream.next().await {}
 }
 
 /// The I/O error under a body error (the security layer's idle timeout is one, possibly wrapped

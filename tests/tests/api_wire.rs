@@ -270,6 +270,64 @@ fn blobs_check_digests() {
     assert_eq!(r.status(), 200);
 }
 
+/// Reads one HTTP/1.1 response (head and a Content-Length body) from a kept-alive connection.
+fn read_response(s: &mut std::net::TcpStream, head_request: bool) -> (u16, String) {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    while !out.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).unwrap(),
+            1,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        out.push(byte[0]);
+    }
+    let head = String::from_utf8(out).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; if head_request { 0 } else { len }];
+    s.read_exact(&mut body).unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A blob posted again (already stored) or to a malformed digest is answered without storing
+/// anything, but its body is still read: the client's kept-alive connection serves its next
+/// request (the HEAD a client sends after an upload) instead of being closed mid-body.
+#[test]
+fn early_blob_answers_keep_the_connection_usable() {
+    use std::io::Write;
+    let d = Daemon::start();
+    let body: Vec<u8> = (0..2u32 << 20).map(|i| (i * 7 + i / 251) as u8).collect();
+    let file = d.temp_dir().join("blob.bin");
+    std::fs::write(&file, &body).unwrap();
+    let digest = d.upload_blob(&file);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port())).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    for (path, want) in [(digest.as_str(), 200), ("sha256:nothex", 400)] {
+        let head = format!(
+            "POST /api/blobs/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        let (status, text) = read_response(&mut s, false);
+        assert_eq!(status, want, "POST {path}: {text}");
+        let head = format!("HEAD /api/blobs/{digest} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        assert_eq!(read_response(&mut s, true).0, 200, "HEAD after POST {path}");
+    }
+}
+
 /// A client that sends the head and part of a blob, then stops, gets 408 once it has paused
 /// `read_timeout`, and nothing of the upload stays in the store.
 #[test]
