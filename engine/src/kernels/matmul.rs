@@ -373,13 +373,7 @@ mod tests {
         let pool = ThreadPool::new(2).unwrap();
         let mut rng = Rng::new(9);
         for isa in Isa::supported() {
-            for ty in [
-                GgmlType::Q8_0,
-                GgmlType::Q4_0,
-                GgmlType::Q5_0,
-                GgmlType::Q4_K,
-                GgmlType::Q6_K,
-            ] {
+            for ty in packed::TYPES {
                 if !can_use_packed(isa, ty) {
                     continue;
                 }
@@ -431,13 +425,7 @@ mod tests {
         let pool = ThreadPool::new(2).unwrap();
         let mut rng = Rng::new(21);
         for isa in Isa::supported() {
-            for ty in [
-                GgmlType::Q8_0,
-                GgmlType::Q4_0,
-                GgmlType::Q5_0,
-                GgmlType::Q4_K,
-                GgmlType::Q6_K,
-            ] {
+            for ty in packed::TYPES {
                 if !can_use_packed(isa, ty) {
                     continue;
                 }

@@ -30,9 +30,17 @@ pub const GROUP: usize = 16;
 
 /// Whether `ty` has a packed layout.
 pub fn has_layout(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q6_K)
+    TYPES.contains(&ty)
 }
+
+/// The weight types with a packed layout.
+pub const TYPES: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
 
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
@@ -462,13 +470,7 @@ mod tests {
     #[test]
     fn fast_packer_matches_reference() {
         let mut rng = Rng::new(11);
-        for ty in [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q5_0,
-            GgmlType::Q4_K,
-            GgmlType::Q6_K,
-        ] {
+        for ty in TYPES {
             for (n, rows) in [(ty.block_size() as usize, 16), (3 * ty.block_size() as usize, 53)] {
                 let orig = random_rows(&mut rng, ty, n, rows);
                 let (mut fast, mut reference) = (orig.clone(), orig.clone());
@@ -485,13 +487,7 @@ mod tests {
     #[test]
     fn packing_is_lossless_and_size_preserving() {
         let mut rng = Rng::new(3);
-        for ty in [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q5_0,
-            GgmlType::Q4_K,
-            GgmlType::Q6_K,
-        ] {
+        for ty in TYPES {
             let n = if ty.block_size() == 256 { 512 } else { 96 };
             let rows = 37;
             let orig = random_rows(&mut rng, ty, n, rows);
