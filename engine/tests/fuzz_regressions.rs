@@ -52,3 +52,18 @@ fn grammar_timeout_nested_token_repetition() {
     assert_eq!(input.len(), 262, "the artifact's size");
     replay_grammar(&input);
 }
+
+/// Two inputs `grammar` reported as slow after the bound (12 s each under AddressSanitizer on
+/// a loaded machine; about 0.6-0.9 s in a release build): `[^\x00]{1,8}` repeated 245 times,
+/// where every split of the text into 245 groups is a parse. Each position stays within
+/// `grammar::MAX_STACKS`, so the work per token is bounded; these keep it that way.
+#[test]
+fn grammar_slow_long_bounded_repetitions() {
+    let inputs: [&[u8]; 2] = [
+        b"root ::= <[256]> [^\\x00]{1,8} {245}\n\x00\xf0\xf1(\t   # \xf5\xf6\xf7\xf8\xf9\xfat ::= <root ::55555555555555555555555555555555555555555555555555555555555555555555555555555555555555555=  ereeting \"  ::= <[2[256]56> Y]^>\\x",
+        b"root ::= <[256]> [^gx00]{1,8} {245}\n\x00\xf0\xf1(\t   # \xf5\xf8\xf9\xf6t\xfa\xf7 ::= <root ::=  ereetin[ \" \x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00 ::= <\x9d2[256]56> Y]^>\\-",
+    ];
+    for input in inputs {
+        replay_grammar(input);
+    }
+}
