@@ -42,14 +42,10 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
 /// Converts one row of f32 values to an activation (or KV cache) format, as llama.cpp's CPU
 /// backend does (`from_float`). For Q8_0/Q8_1 that is its SIMD quantizer (`127 / max`, halves to
 /// even), not the reference one: the two differ in a rare quant, which is enough to move a logit
-/// of a real model by a few hundredths, so we round as the reference logits were computed.
+/// of a real model by a few hundredths, so we round as the reference logits were computed. The
+/// kernels of every tier give those same bytes.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
-    match ty {
-        GgmlType::Q8_0 | GgmlType::Q8_1 => {
-            crate::quant::quantize_activations(ty, src, dst).unwrap_or_else(|e| panic!("quantize_row: {e}"))
-        }
-        _ => kernels::quantize_act(isa(), ty, src, dst),
-    }
+    kernels::quantize_act(isa(), ty, src, dst)
 }
 
 /// The dot product of one row of type `ty` with an activation row in `vec_dot_type(ty)`.
