@@ -246,8 +246,9 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
 pub struct ActSide {
     /// Activation scale of each sub-block (`[t][j]`).
     pub d: Vec<f32>,
-    /// Σ of the activation quants of each sub-block (`[t][j]`).
-    pub sum: Vec<i32>,
+    /// `-off · Σa` of each sub-block (`[t][j]`), for kernels whose weight values are stored plus
+    /// `off` (unsigned for `vpdpbusd`): an integer sum starts there, with no multiply per use.
+    pub osum: Vec<i32>,
     /// What the row minimum is multiplied by, sign included: `-d * Σa` for the K-quants
     /// (`w = s*v - m`), the stored `s = d * Σa` of Q8_1 for Q4_1/Q5_1 (`w = s*v + m`).
     pub msum: Vec<f32>,
@@ -257,7 +258,7 @@ pub struct ActSide {
 }
 
 /// Side data for `n_tokens` activation rows (of `row_bytes` each) in `act_ty` for weights of
-/// type `ty` with `n` elements per row.
+/// type `ty` with `n` elements per row, whose values the kernel sees plus `off`.
 pub fn act_side(
     ty: GgmlType,
     act_ty: GgmlType,
@@ -265,12 +266,13 @@ pub fn act_side(
     xq: &[u8],
     row_bytes: usize,
     n_tokens: usize,
+    off: i32,
 ) -> ActSide {
     let e = expansion(ty).expect("type has an expansion");
     let n_sub = n / e.sub;
     let mut s = ActSide {
         d: Vec::with_capacity(n_sub * n_tokens),
-        sum: Vec::with_capacity(n_sub * n_tokens),
+        osum: Vec::with_capacity(n_sub * n_tokens),
         msum: Vec::with_capacity(if e.has_min { n_sub * n_tokens } else { 0 }),
         qoff: Vec::with_capacity(n_sub),
         n_sub,
@@ -299,7 +301,7 @@ pub fn act_side(
                 }
             };
             s.d.push(d);
-            s.sum.push(sum);
+            s.osum.push(-off * sum);
             if e.has_min {
                 s.msum.push(msum);
             }

@@ -116,6 +116,7 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
                 p.xq,
                 arb,
                 n_tokens,
+                super::packed::value_offset(p.w.ty),
             ));
         }
     }
@@ -240,7 +241,8 @@ fn gemm(
     out: &mut [f32],
 ) {
     let e = gemm::expansion(w.ty).expect("checked by the caller");
-    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
+    // AVX-512's panels hold values plus 128 (the other tiers ignore the offset sums).
+    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, 128);
     let n_panels = range.len().div_ceil(PANEL_ROWS);
     let dst = Out(out.as_mut_ptr());
     let biased = isa == Isa::Avx512;
@@ -276,7 +278,8 @@ fn gemm(
 
 /// The packed groups: 16 rows at a time against all tokens.
 fn packed(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
-    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens);
+    let off = super::packed::value_offset(w.ty);
+    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
     let n_groups = w.packed_rows / PANEL_ROWS;
     let dst = Out(out.as_mut_ptr());
     let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;
@@ -366,9 +369,31 @@ mod tests {
     use crate::kernels::tests::{random_act, random_rows, Rng, WEIGHT_TYPES};
     use crate::quant;
 
-    /// Packed matrices (16-row groups plus a row-major tail) against the row-major result.
+    /// `got` (`n_tokens` rows of `n_out`) against the reference dot product of each row of the
+    /// row-major `data` with each token, within float rounding of the row's magnitude.
+    fn assert_matches_reference(ty: GgmlType, n: usize, data: &[u8], xq: &[u8], got: &[f32], what: &str) {
+        let (rb, arb) = (row_bytes(ty, n), row_bytes(vec_dot_type(ty), n));
+        let n_out = data.len() / rb;
+        let mut mag = vec![0f32; n];
+        for r in 0..n_out {
+            let row = &data[r * rb..(r + 1) * rb];
+            quant::dequantize_row(ty, row, &mut mag).unwrap();
+            let scale: f32 = mag.iter().map(|v| v.abs()).sum::<f32>() * 4.0;
+            for t in 0..got.len() / n_out {
+                let want = quant::vec_dot(ty, n, row, &xq[t * arb..(t + 1) * arb]);
+                let g = got[t * n_out + r];
+                assert!(
+                    (g - want).abs() <= 1e-5 * scale.max(1e-3),
+                    "{what}: row {r} token {t}: {g} vs {want}"
+                );
+            }
+        }
+    }
+
+    /// Packed matrices (16-row groups plus a row-major tail) against the reference dots, with
+    /// token counts that use every column tile (8, 4, 1) and super-block counts that are odd.
     #[test]
-    fn packed_matmul_matches_row_major() {
+    fn packed_matmul_matches_reference() {
         use crate::kernels::packed;
         let pool = ThreadPool::new(2).unwrap();
         let mut rng = Rng::new(9);
@@ -377,40 +402,28 @@ mod tests {
                 if !can_use_packed(isa, ty) {
                     continue;
                 }
-                let n = if ty.block_size() == 256 { 512 } else { 96 };
-                for n_out in [16, 37, 64] {
+                let bs = ty.block_size() as usize;
+                for (n, n_out) in [(2 * bs, 16), (3 * bs, 37), (5 * bs, 64)] {
                     let data = random_rows(&mut rng, ty, n, n_out);
-                    let rb = row_bytes(ty, n);
                     let mut pk = data.clone();
                     let packed_rows = packed::pack_in_place(ty, n, &mut pk, n_out, &mut Vec::new());
-                    for n_tokens in [1, 2, 5, 12] {
+                    let pm = Matrix {
+                        ty,
+                        n,
+                        n_out,
+                        row_bytes: row_bytes(ty, n),
+                        data: &pk,
+                        packed_rows,
+                    };
+                    for n_tokens in [1, 2, 5, 13, 23] {
                         let mut xq = Vec::new();
                         for _ in 0..n_tokens {
                             xq.extend(random_act(&mut rng, ty, n).1);
                         }
-                        let plain = Matrix {
-                            ty,
-                            n,
-                            n_out,
-                            row_bytes: rb,
-                            data: &data,
-                            packed_rows: 0,
-                        };
-                        let pm = Matrix {
-                            data: &pk,
-                            packed_rows,
-                            ..plain
-                        };
-                        let mut want = vec![0f32; n_out * n_tokens];
-                        matmul(&pool, isa, &plain, &xq, n_tokens, &mut want);
                         let mut got = vec![f32::NAN; n_out * n_tokens];
                         matmul(&pool, isa, &pm, &xq, n_tokens, &mut got);
-                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                (g - w).abs() <= 1e-4 * w.abs().max(0.05),
-                                "{isa} {ty} n_out={n_out} tokens={n_tokens} [{i}]: {g} vs {w}"
-                            );
-                        }
+                        let what = format!("{isa} {ty} n={n} n_out={n_out} tokens={n_tokens}");
+                        assert_matches_reference(ty, n, &data, &xq, &got, &what);
                     }
                 }
             }

@@ -42,6 +42,19 @@ pub const TYPES: [GgmlType; 5] = [
     GgmlType::Q6_K,
 ];
 
+/// What the packed kernels add to a stored value to make it unsigned (for `vpdpbusd`): each
+/// integer sum then starts at `-offset · Σa` (see `gemm::ActSide::osum`).
+pub fn value_offset(ty: GgmlType) -> i32 {
+    use GgmlType::*;
+    match ty {
+        Q8_0 => 128,
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q6_K => 32,
+        _ => 0,
+    }
+}
+
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {

@@ -1013,7 +1013,7 @@ unsafe fn gemm_tile512<const C: usize, const SUB: usize, const MIN: bool>(
     let p = g.panel;
     let n_sub = p.n_sub;
     let vals = p.vals.as_ptr() as *const u8;
-    let (sd, ss, sm) = (g.side.d.as_ptr(), g.side.sum.as_ptr(), g.side.msum.as_ptr());
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let steps = SUB / 4;
     let mut accf = [_mm512_setzero_ps(); C];
     let mut arow = [std::ptr::null::<u8>(); C];
@@ -1023,7 +1023,7 @@ unsafe fn gemm_tile512<const C: usize, const SUB: usize, const MIN: bool>(
     for j in 0..n_sub {
         let mut acci = [_mm512_setzero_si512(); C];
         for c in 0..C {
-            acci[c] = _mm512_set1_epi32(-128 * *ss.add((t0 + c) * n_sub + j));
+            acci[c] = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + j));
         }
         let qo = *g.side.qoff.get_unchecked(j) as usize;
         let wp = vals.add(j * steps * 64);
@@ -1465,7 +1465,7 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
-    let (sd, ss, sm) = (g.side.d.as_ptr(), g.side.sum.as_ptr(), g.side.msum.as_ptr());
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let mut accf = [_mm512_setzero_ps(); C];
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
@@ -1479,7 +1479,7 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
             let mut acci = [_mm512_setzero_si512(); C];
             if T::OFF != 0 {
                 for c in 0..C {
-                    acci[c] = _mm512_set1_epi32(-T::OFF * *ss.add((t0 + c) * n_sub + js));
+                    acci[c] = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
                 }
             }
             let qo = *qoff.add(js) as usize;
@@ -1545,7 +1545,176 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
         GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
-        GgmlType::Q6_K => packed_body512::<PkQ6K>(g, group, tokens, out, os),
+        GgmlType::Q6_K => q6k_body(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
+    }
+}
+
+// Q6_K: 16-element sub-blocks make the per-sub-block work (scale conversion, the float multiply-
+// add, the integer sum's start) as large as the dot products themselves, so its kernel differs
+// from the generic one in three ways. Each sub-block's integer sum is scaled by the rows' f32
+// scales into a super-block sum, which the token's Q8_K scale multiplies once per super-block;
+// the sum starts at the precomputed `-32 · Σa`, a broadcast load; and for a batch the group's
+// 6-bit values and f32 scales are unpacked once into a buffer that every token then reads, so
+// the unpacking is paid once per group instead of once per eight tokens. Decode reads the packed
+// tiles directly; both paths do the same integer and float steps in the same order, so a token
+// gets the same bits alone or in a batch.
+
+/// Bytes of one unpacked Q6_K tile: the 16 sub-blocks' f32 row scales (`d · sc`), then their
+/// values (0..63) as four 64-byte steps per sub-block.
+const Q6K_UNPACKED: usize = 16 * 64 + 16 * 4 * 64;
+
+/// Where [`q6k_tile`] reads a tile's row scales and values from.
+trait Q6Src {
+    /// Bytes from one tile to the next.
+    const STRIDE: usize;
+    type St;
+    unsafe fn state(t: *const u8) -> Self::St;
+    unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]);
+}
+
+/// The packed tiles themselves (decode: one pass, nothing to amortize).
+struct Q6Packed;
+/// A buffer written by [`q6k_unpack`].
+struct Q6Unpacked;
+
+impl Q6Src for Q6Packed {
+    const STRIDE: usize = PkQ6K::TILE;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(d: &__m512, t: *const u8, j: usize) -> __m512 {
+        PkQ6K::scale(&(*d, t), j)
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]) {
+        let mut w8 = [_mm512_setzero_si512(); 8];
+        PkQ6K::steps(t, j, &mut w8);
+        w.copy_from_slice(&w8[..4]);
+    }
+}
+
+impl Q6Src for Q6Unpacked {
+    const STRIDE: usize = Q6K_UNPACKED;
+    type St = ();
+    #[inline(always)]
+    unsafe fn state(_t: *const u8) {}
+    #[inline(always)]
+    unsafe fn scale(_st: &(), t: *const u8, j: usize) -> __m512 {
+        _mm512_loadu_ps(t.add(64 * j) as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]) {
+        for (k, w) in w.iter_mut().enumerate() {
+            *w = ld512(t.add(1024 + 256 * j + 64 * k));
+        }
+    }
+}
+
+/// Unpacks a group's `n_tiles` Q6_K tiles into `buf` (`n_tiles * Q6K_UNPACKED` bytes).
+#[inline(always)]
+unsafe fn q6k_unpack(group: *const u8, n_tiles: usize, buf: *mut u8) {
+    for tile in 0..n_tiles {
+        let tp = group.add(tile * PkQ6K::TILE);
+        let bp = buf.add(tile * Q6K_UNPACKED);
+        let d = Q6Packed::state(tp);
+        let mut w = [_mm512_setzero_si512(); 4];
+        for j in 0..16 {
+            _mm512_storeu_ps(bp.add(64 * j) as *mut f32, Q6Packed::scale(&d, tp, j));
+            Q6Packed::steps(tp, j, &mut w);
+            for (k, w) in w.iter().enumerate() {
+                _mm512_storeu_si512(bp.add(1024 + 256 * j + 64 * k) as *mut _, *w);
+            }
+        }
+    }
+}
+
+/// The 16 rows of `src` (packed tiles or an unpacked buffer) against `C` tokens from `t0`.
+#[inline(always)]
+unsafe fn q6k_tile<S: Q6Src, const C: usize>(
+    g: &PkArgs,
+    src: *const u8,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let n_sub = g.side.n_sub;
+    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let mut accf = [_mm512_setzero_ps(); C];
+    let mut w = [_mm512_setzero_si512(); 4];
+    for tile in 0..g.n_tiles {
+        let tp = src.add(tile * S::STRIDE);
+        let st = S::state(tp);
+        let mut accs = [_mm512_setzero_ps(); C];
+        for j in 0..16 {
+            let js = tile * 16 + j;
+            S::steps(tp, j, &mut w);
+            let mut acci: [__m512i; C] =
+                std::array::from_fn(|c| _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js)));
+            let qo = *qoff.add(js) as usize;
+            for (k, w) in w.iter().enumerate() {
+                for c in 0..C {
+                    let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
+                    acci[c] = _mm512_dpbusd_epi32(acci[c], *w, _mm512_set1_epi32(a));
+                }
+            }
+            let s = S::scale(&st, tp, j);
+            for c in 0..C {
+                accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
+            }
+        }
+        // Q8_K has one scale per super-block: the same for its 16 sub-blocks.
+        for c in 0..C {
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * 16));
+            accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
+        }
+    }
+    for c in 0..C {
+        _mm512_storeu_ps(out.add((t0 + c) * os), accf[c]);
+    }
+}
+
+thread_local! {
+    /// Each thread's unpacked Q6_K group (reused across calls).
+    static Q6K_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Tokens from which unpacking a group first pays (it costs about one token's pass).
+const Q6K_UNPACK_MIN: usize = 4;
+
+#[inline(always)]
+unsafe fn q6k_body(g: &PkArgs, group: *const u8, tokens: std::ops::Range<usize>, out: *mut f32, os: usize) {
+    if tokens.len() < Q6K_UNPACK_MIN {
+        for t in tokens {
+            q6k_tile::<Q6Packed, 1>(g, group, t, out, os);
+        }
+        return;
+    }
+    // The closure only lends the buffer out: code inside a closure would not get this
+    // function's target features. Nothing else touches the thread's buffer until we return.
+    let src = Q6K_BUF.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.resize(g.n_tiles * Q6K_UNPACKED, 0);
+        buf.as_mut_ptr()
+    });
+    q6k_unpack(group, g.n_tiles, src);
+    let mut t = tokens.start;
+    while t + 8 <= tokens.end {
+        q6k_tile::<Q6Unpacked, 8>(g, src, t, out, os);
+        t += 8;
+    }
+    if t + 4 <= tokens.end {
+        q6k_tile::<Q6Unpacked, 4>(g, src, t, out, os);
+        t += 4;
+    }
+    while t < tokens.end {
+        q6k_tile::<Q6Unpacked, 1>(g, src, t, out, os);
+        t += 1;
     }
 }
