@@ -14,10 +14,10 @@ use super::weights::Weight;
 use super::Model;
 use crate::kv::{KvCache, Pos, SeqId};
 use crate::ops::attention::{attend_tile, AttnShape, TileScratch, TILE_ROWS};
-use crate::ops::matmul::matmul_many;
+use crate::ops::matmul::{matmul_many, ROWS_PER_TASK};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
 use crate::ops::rope::Rope;
-use crate::ops::{act, Activations, WeightView};
+use crate::ops::{act, matmul, Activations, WeightView};
 use crate::threads;
 use crate::TokenId;
 
@@ -41,6 +41,77 @@ unsafe impl Sync for OutPtr {}
 impl OutPtr {
     fn get(self) -> *mut f32 {
         self.0
+    }
+}
+
+/// Rows of a buffer that the tasks of one row-wise step each update in place, each row by the
+/// one task that owns its index; the buffer stays borrowed while this lives.
+struct SharedRows<'a> {
+    ptr: *mut f32,
+    width: usize,
+    rows: usize,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
+}
+// SAFETY: tasks reach the buffer only through `row`, whose contract gives each row to one task.
+unsafe impl Send for SharedRows<'_> {}
+unsafe impl Sync for SharedRows<'_> {}
+
+impl<'a> SharedRows<'a> {
+    fn new(buf: &'a mut [f32], width: usize) -> Self {
+        assert!(buf.len().is_multiple_of(width));
+        SharedRows {
+            ptr: buf.as_mut_ptr(),
+            width,
+            rows: buf.len() / width,
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// Row `t`.
+    ///
+    /// # Safety
+    /// No other reference to row `t` may be alive while the returned one is (in a row-wise step:
+    /// only the task given index `t` calls this with `t`, once).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, t: usize) -> &mut [f32] {
+        assert!(t < self.rows);
+        std::slice::from_raw_parts_mut(self.ptr.add(t * self.width), self.width)
+    }
+}
+
+/// Runs `f(i)` for every row `i` of `0..n`, spread over the current pool in tasks of a few rows
+/// (on the calling thread alone for a decode step's single row).
+fn for_each_row(n: usize, f: impl Fn(usize) + Sync) {
+    threads::with_current(|pool| pool.for_each_chunk(n, ROWS_PER_TASK, |r| r.for_each(&f)));
+}
+
+/// The work buffers of the row-wise steps, for one chunk of at most [`ROW_CHUNK`] rows, made
+/// once per pass (sized for the widest layer) and reused by every chunk of every layer.
+struct ChunkBufs {
+    h: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
+
+impl ChunkBufs {
+    fn new(model: &Model, n_tokens: usize) -> Self {
+        let hp = &model.hp;
+        let rows = n_tokens.min(ROW_CHUNK);
+        let n_kv = hp.n_head_kv.iter().copied().max().unwrap_or(0);
+        let n_ff = hp.n_ff.iter().copied().max().unwrap_or(0);
+        ChunkBufs {
+            h: vec![0f32; rows * hp.n_embd],
+            k: vec![0f32; rows * n_kv * hp.head_dim_k],
+            v: vec![0f32; rows * n_kv * hp.head_dim_v],
+            o: vec![0f32; rows * hp.n_embd],
+            gate: vec![0f32; rows * n_ff],
+            up: vec![0f32; rows * n_ff],
+            down: vec![0f32; rows * hp.n_embd],
+        }
     }
 }
 
@@ -79,24 +150,10 @@ impl Model {
     }
 
     fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {
-        let [out] = self.project_many([(w, bias)], x);
+        let mut out = vec![0f32; x.n_tokens() * w.n_out];
+        matmul(&self.view(w), x, &mut out);
+        add_bias(&mut out, bias);
         out
-    }
-
-    /// Several projections of the same input, in one parallel step where possible.
-    fn project_many<const N: usize>(
-        &self,
-        ws: [(&Weight, Option<&Vec<f32>>); N],
-        x: &mut Activations,
-    ) -> [Vec<f32>; N] {
-        let mut outs = ws.map(|(w, _)| vec![0f32; x.n_tokens() * w.n_out]);
-        let views = ws.map(|(w, _)| self.view(w));
-        let mut slices = outs.each_mut().map(|o| o.as_mut_slice());
-        matmul_many(&views, x, &mut slices);
-        for (out, (_, bias)) in outs.iter_mut().zip(ws) {
-            add_bias(out, bias);
-        }
-        outs
     }
 
     /// The token embeddings of `tokens` (only their rows are dequantized).
@@ -156,6 +213,8 @@ impl Model {
             .collect();
 
         let last = hp.n_layer - 1;
+        let eps = hp.rms_eps;
+        let mut bufs = ChunkBufs::new(self, n_tokens);
         let mut rows: Vec<usize> = (0..n_tokens).collect();
         for (il, lw) in self.w.layers.iter().enumerate() {
             let (nh, nkv) = (hp.n_head[il], hp.n_head_kv[il]);
@@ -168,41 +227,50 @@ impl Model {
                 .1;
             let pool = kv.layer_pool(il);
 
-            // Attention: Q of every row, K and V stored in the cache chunk by chunk.
+            // Attention: Q of every row, K and V stored in the cache chunk by chunk. Each chunk
+            // is three parallel steps: the norm and its conversion for the projections (row by
+            // row), Q/K/V, then biases, QK-norm, RoPE and the Q scale (row by row).
             let mut q = vec![0f32; n_tokens * nh * dk];
-            let mut kq_scale = 1.0;
+            let (kq_scale, q_scale) = match self.arch.q_scale {
+                QScale::InSoftmax => (hp.attention_scale(), None),
+                QScale::PreScaleQ => (1.0, Some(hp.attention_scale())),
+            };
+            let wqkv = [self.view(&lw.wq), self.view(&lw.wk), self.view(&lw.wv)];
             for r0 in (0..n_tokens).step_by(ROW_CHUNK) {
                 let r1 = (r0 + ROW_CHUNK).min(n_tokens);
-                let mut h = vec![0f32; (r1 - r0) * n_embd];
-                rms_norm(&x[r0 * n_embd..r1 * n_embd], &lw.attn_norm, hp.rms_eps, &mut h);
-                let [qc, mut k, v] = self.project_many(
-                    [
-                        (&lw.wq, lw.bq.as_ref()),
-                        (&lw.wk, lw.bk.as_ref()),
-                        (&lw.wv, lw.bv.as_ref()),
-                    ],
-                    &mut Activations::new(&h, n_embd),
+                let m = r1 - r0;
+                let xc = &x[r0 * n_embd..r1 * n_embd];
+                let mut h = Activations::from_rows(&mut bufs.h[..m * n_embd], n_embd, &wqkv, |i, h| {
+                    rms_norm(&xc[i * n_embd..(i + 1) * n_embd], &lw.attn_norm, eps, h)
+                });
+                let qc = &mut q[r0 * nh * dk..r1 * nh * dk];
+                let k = &mut bufs.k[..m * nkv * dk];
+                let v = &mut bufs.v[..m * nkv * dv];
+                matmul_many(&wqkv, &mut h, &mut [&mut *qc, &mut *k, &mut *v]);
+                let (qs, ks, vs) = (
+                    SharedRows::new(qc, nh * dk),
+                    SharedRows::new(k, nkv * dk),
+                    SharedRows::new(v, nkv * dv),
                 );
-                let qc_dst = &mut q[r0 * nh * dk..r1 * nh * dk];
-                qc_dst.copy_from_slice(&qc);
-                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                    rms_norm_inplace(qc_dst, qn, hp.rms_eps);
-                    rms_norm_inplace(&mut k, kn, hp.rms_eps);
-                }
-                for t in r0..r1 {
-                    let c = &cs[t * rope.n_rot..(t + 1) * rope.n_rot];
-                    let i = t - r0;
-                    rope.apply(&mut qc_dst[i * nh * dk..(i + 1) * nh * dk], dk, c);
-                    rope.apply(&mut k[i * nkv * dk..(i + 1) * nkv * dk], dk, c);
-                }
-                kq_scale = match self.arch.q_scale {
-                    QScale::InSoftmax => hp.attention_scale(),
-                    QScale::PreScaleQ => {
-                        let s = hp.attention_scale();
-                        qc_dst.iter_mut().for_each(|v| *v *= s);
-                        1.0
+                for_each_row(m, |i| {
+                    // SAFETY: row i is this task's alone.
+                    let (qr, kr, vr) = unsafe { (qs.row(i), ks.row(i), vs.row(i)) };
+                    add_bias(qr, lw.bq.as_ref());
+                    add_bias(kr, lw.bk.as_ref());
+                    add_bias(vr, lw.bv.as_ref());
+                    if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                        rms_norm_inplace(qr, qn, eps);
+                        rms_norm_inplace(kr, kn, eps);
                     }
-                };
+                    let t = r0 + i;
+                    let c = &cs[t * rope.n_rot..(t + 1) * rope.n_rot];
+                    rope.apply(qr, dk, c);
+                    rope.apply(kr, dk, c);
+                    if let Some(s) = q_scale {
+                        qr.iter_mut().for_each(|v| *v *= s);
+                    }
+                });
+                let (k, v) = (&bufs.k[..m * nkv * dk], &bufs.v[..m * nkv * dv]);
                 let rows_kv = k.chunks_exact(nkv * dk).zip(v.chunks_exact(nkv * dv));
                 for (&cell, (kr, vr)) in cells[pool][r0..r1].iter().zip(rows_kv) {
                     kv.store(il, cell, kr, vr);
@@ -265,44 +333,61 @@ impl Model {
             });
             drop(q);
 
-            // Output projection and feed-forward, row-wise: chunk by chunk.
+            // Output projection and feed-forward, chunk by chunk: each matmul's input made in
+            // one row-wise parallel step (residual add, norm and conversion; activation function
+            // and conversion), then the last residual add, row by row.
             let n_rows = rows.len();
+            let n_ff = hp.n_ff[il];
+            let wo = self.view(&lw.wo);
+            let wgu = [self.view(&lw.ffn_gate), self.view(&lw.ffn_up)];
+            let wd = self.view(&lw.ffn_down);
             for r0 in (0..n_rows).step_by(ROW_CHUNK) {
                 let r1 = (r0 + ROW_CHUNK).min(n_rows);
-                let xc = &mut x[r0 * n_embd..r1 * n_embd];
-                let mut o = self.project(
-                    &lw.wo,
+                let m = r1 - r0;
+                let o = &mut bufs.o[..m * n_embd];
+                matmul(
+                    &wo,
                     &mut Activations::new(&attn[r0 * nh * dv..r1 * nh * dv], nh * dv),
-                    lw.bo.as_ref(),
+                    o,
                 );
-                if let Some(w) = &lw.post_attn_norm {
-                    rms_norm_inplace(&mut o, w, hp.rms_eps);
-                }
-                xc.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-
-                let mut h = o;
-                rms_norm(xc, &lw.ffn_norm, hp.rms_eps, &mut h);
-                let [mut gate, up] = self.project_many(
-                    [
-                        (&lw.ffn_gate, lw.ffn_gate_b.as_ref()),
-                        (&lw.ffn_up, lw.ffn_up_b.as_ref()),
-                    ],
-                    &mut Activations::new(&h, n_embd),
-                );
-                match self.arch.ffn {
-                    Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(&mut gate, &up),
-                    Ffn::GeluGated => act::geglu(&mut gate, &up),
-                }
-                drop(up);
-                let mut down = self.project(
-                    &lw.ffn_down,
-                    &mut Activations::new(&gate, hp.n_ff[il]),
-                    lw.ffn_down_b.as_ref(),
-                );
-                if let Some(w) = &lw.post_ffn_norm {
-                    rms_norm_inplace(&mut down, w, hp.rms_eps);
-                }
-                xc.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+                let xs = SharedRows::new(&mut x[r0 * n_embd..r1 * n_embd], n_embd);
+                let os = SharedRows::new(o, n_embd);
+                let mut h = Activations::from_rows(&mut bufs.h[..m * n_embd], n_embd, &wgu, |i, h| {
+                    // SAFETY: row i is this task's alone.
+                    let (xr, or) = unsafe { (xs.row(i), os.row(i)) };
+                    add_bias(or, lw.bo.as_ref());
+                    if let Some(w) = &lw.post_attn_norm {
+                        rms_norm_inplace(or, w, eps);
+                    }
+                    xr.iter_mut().zip(&*or).for_each(|(a, b)| *a += b);
+                    rms_norm(xr, &lw.ffn_norm, eps, h);
+                });
+                let gate = &mut bufs.gate[..m * n_ff];
+                let up = &mut bufs.up[..m * n_ff];
+                matmul_many(&wgu, &mut h, &mut [&mut *gate, &mut *up]);
+                let ups = SharedRows::new(up, n_ff);
+                let mut g = Activations::from_rows(gate, n_ff, &[wd], |i, g| {
+                    // SAFETY: row i is this task's alone.
+                    let u = unsafe { ups.row(i) };
+                    add_bias(g, lw.ffn_gate_b.as_ref());
+                    add_bias(u, lw.ffn_up_b.as_ref());
+                    match self.arch.ffn {
+                        Ffn::SiluGated | Ffn::SiluFusedUp => act::swiglu(g, u),
+                        Ffn::GeluGated => act::geglu(g, u),
+                    }
+                });
+                let down = &mut bufs.down[..m * n_embd];
+                matmul(&wd, &mut g, down);
+                let ds = SharedRows::new(down, n_embd);
+                for_each_row(m, |i| {
+                    // SAFETY: row i is this task's alone.
+                    let (xr, d) = unsafe { (xs.row(i), ds.row(i)) };
+                    add_bias(d, lw.ffn_down_b.as_ref());
+                    if let Some(w) = &lw.post_ffn_norm {
+                        rms_norm_inplace(d, w, eps);
+                    }
+                    xr.iter_mut().zip(&*d).for_each(|(a, b)| *a += b);
+                });
             }
         }
         rms_norm_inplace(&mut x, &self.w.output_norm, hp.rms_eps);

@@ -115,6 +115,10 @@ impl<'a> WeightView<'a> {
     }
 }
 
+/// Rows of activations one task of a parallel row-wise step converts (a decode step's single
+/// row is converted on the calling thread, without a step).
+pub const ROWS_PER_TASK: usize = 4;
+
 /// A batch of activation rows (`n_tokens` rows of `n` values) together with their conversions to
 /// the weights' dot-product formats, made once and reused by every matmul that reads them (Q, K
 /// and V share one input; so do the FFN's gate and up).
@@ -138,6 +142,53 @@ impl<'a> Activations<'a> {
         }
     }
 
+    /// Activations whose rows are finished in place by `fill(t, row)` (row `t` of `buf`, as the
+    /// caller left it: a norm written there, or an activation function applied to it) and
+    /// converted to the dot formats of every matrix in `ws`, in one parallel step: each row is
+    /// converted right after it is written, while it is in cache, and no pass over the rows runs
+    /// on one thread. The bytes are those of filling `buf` row by row, then [`Activations::new`].
+    pub fn from_rows(
+        buf: &'a mut [f32],
+        n: usize,
+        ws: &[WeightView],
+        fill: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> Self {
+        assert!(
+            n > 0 && buf.len().is_multiple_of(n),
+            "activations of {} values in rows of {n}",
+            buf.len()
+        );
+        let n_tokens = buf.len() / n;
+        let mut converted: Vec<(GgmlType, Vec<u8>)> = Vec::new();
+        let mut dsts: Vec<(GgmlType, usize, SendPtr<u8>)> = Vec::new();
+        for w in ws {
+            assert_eq!(w.n_in, n, "activations: row length vs weight row length");
+            let ty = vec_dot_type(w.ty);
+            if converted.iter().all(|(t, _)| *t != ty) {
+                let row_bytes = ty.row_bytes(n as u64).expect("checked by WeightView") as usize;
+                converted.push((ty, vec![0u8; row_bytes * n_tokens]));
+                let b = &mut converted.last_mut().expect("just pushed").1;
+                dsts.push((ty, row_bytes, SendPtr(b.as_mut_ptr())));
+            }
+        }
+        let rows = SendPtr(buf.as_mut_ptr());
+        threads::with_current(|pool| {
+            pool.for_each_chunk(n_tokens, ROWS_PER_TASK, |ts| {
+                for t in ts {
+                    // SAFETY: row `t` of `buf` and of each conversion is written by the one task
+                    // that owns token `t`; the buffers outlive the step.
+                    let row = unsafe { std::slice::from_raw_parts_mut(rows.get().add(t * n), n) };
+                    fill(t, row);
+                    for &(ty, rb, d) in &dsts {
+                        let d = unsafe { std::slice::from_raw_parts_mut(d.get().add(t * rb), rb) };
+                        quantize_row(ty, row, d);
+                    }
+                }
+            })
+        });
+        Activations { x: buf, n, converted }
+    }
+
     pub fn n_tokens(&self) -> usize {
         self.x.len() / self.n
     }
@@ -159,7 +210,7 @@ impl<'a> Activations<'a> {
                 let (x, n) = (self.x, self.n);
                 let dst = SendPtr(buf.as_mut_ptr());
                 threads::with_current(|pool| {
-                    pool.for_each_chunk(n_tokens, 4, |rows| {
+                    pool.for_each_chunk(n_tokens, ROWS_PER_TASK, |rows| {
                         for t in rows {
                             // SAFETY: each row of `buf` is written by the one task that owns
                             // token `t`, and `buf` outlives the step.
@@ -217,14 +268,96 @@ pub fn matmul_many(ws: &[WeightView], x: &mut Activations, outs: &mut [&mut [f32
 }
 
 /// A pointer that tasks writing disjoint parts of one buffer can share.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: used only to write disjoint rows from different tasks (see `Activations::converted`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+struct SendPtr<T>(*mut T);
+// SAFETY: used only to write disjoint rows from different tasks (see `Activations::convert`).
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
-impl SendPtr {
-    fn get(self) -> *mut u8 {
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::norm::rms_norm;
+    use crate::threads::ThreadPool;
+
+    fn random(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Rows normalized and converted in one parallel step give the same conversions, and the
+    /// same products bit for bit, as normalizing first and converting in `matmul`, for every
+    /// activation format (Q8_0, Q8_1, Q8_K, F32) and for batches that are one row (inline) or
+    /// several tasks of rows.
+    #[test]
+    fn rows_filled_and_converted_in_one_step_match_convert_after() {
+        let pool = ThreadPool::new(3).unwrap();
+        let mut seed = 5;
+        let n = 256;
+        let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::F32];
+        let data: Vec<Vec<u8>> = types
+            .iter()
+            .map(|&ty| {
+                let w = random(&mut seed, n * 8);
+                let mut d = vec![0u8; ty.row_bytes(n as u64).unwrap() as usize * 8];
+                crate::quant::quantize_row(ty, &w, &mut d).unwrap();
+                d
+            })
+            .collect();
+        let ws: Vec<WeightView> = types
+            .iter()
+            .zip(&data)
+            .map(|(&ty, d)| WeightView::new(ty, n, 8, d).unwrap())
+            .collect();
+        let norm = random(&mut seed, n);
+        pool.install(|| {
+            for n_tokens in [1, 2 * ROWS_PER_TASK + 1] {
+                let x = random(&mut seed, n_tokens * n);
+                let mut h = vec![0f32; n_tokens * n];
+                rms_norm(&x, &norm, 1e-6, &mut h);
+                let mut want = Activations::new(&h, n);
+                let mut buf = vec![f32::NAN; n_tokens * n];
+                let mut got = Activations::from_rows(&mut buf, n, &ws, |t, row| {
+                    rms_norm(&x[t * n..(t + 1) * n], &norm, 1e-6, row)
+                });
+                assert_eq!(got.x, want.x);
+                for w in &ws {
+                    let mut a = vec![0f32; n_tokens * 8];
+                    let mut b = vec![1f32; n_tokens * 8];
+                    matmul(w, &mut want, &mut a);
+                    matmul(w, &mut got, &mut b);
+                    assert_eq!(
+                        want.get(vec_dot_type(w.ty)),
+                        got.get(vec_dot_type(w.ty)),
+                        "{}",
+                        w.ty
+                    );
+                    assert!(
+                        a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{}",
+                        w.ty
+                    );
+                }
+                assert_eq!(got.converted.len(), types.len(), "one conversion per format");
+            }
+        });
     }
 }
