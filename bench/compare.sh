@@ -59,36 +59,39 @@ if [ ${#files[@]} -eq 0 ]; then
 fi
 
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(uptime | sed 's/.*load average: //')" >&2
-bw=$(target/release/examples/membw "$THREADS" 512)
-echo "== streaming read bandwidth, $THREADS threads: $bw GB/s" >&2
 
+# The streaming read bandwidth is measured right before each file's runs (a few seconds: the best
+# of 10 passes over 1 GiB on THREADS threads with the widest loads the CPU has), so each tg is set
+# against the machine's state of the same minute.
 results=$(mktemp)
 for f in "${files[@]}"; do
-    echo "== $(basename "$f")" >&2
+    bw=$(target/release/examples/membw "$THREADS" 1024 10)
+    echo "== $(basename "$f") (streaming read $bw GB/s)" >&2
     ours=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json)
     theirs=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS")
     size=$(stat -c %s "$f")
-    echo "$(basename "$f") $size $ours $theirs" | tee -a "$results" >&2
+    echo "$(basename "$f") $size $bw $ours $theirs" | tee -a "$results" >&2
 done
 echo "== load after: $(uptime | sed 's/.*load average: //')" >&2
 
-python3 - "$results" "$bw" "$PP" "$TG" "$THREADS" <<'PY'
+python3 - "$results" "$PP" "$TG" "$THREADS" <<'PY'
 import json, sys
-path, bw, pp, tg, threads = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+path, pp, tg, threads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 dec = json.JSONDecoder()
-print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | tg ours % of {bw:.1f} GB/s | tg llama.cpp % |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | read GB/s | tg ours % of read | tg llama.cpp % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for line in open(path):
-    name, size, rest = line.split(" ", 2)
+    name, size, bw, rest = line.split(" ", 3)
+    bw = float(bw)
     ours, i = dec.raw_decode(rest.strip())
     theirs, _ = dec.raw_decode(rest.strip()[i:].strip())
     gb = int(size) / 1e9  # every weight is read once per token (the file is almost all weights)
     r = lambda a, b: f"{a / b:.2f}x" if b else "-"
     print(f"| {name} | {ours['pp_tps']:.1f} ± {ours['pp_std']:.1f} | {theirs['pp_tps']:.1f} ± {theirs['pp_std']:.1f} | "
           f"{r(ours['pp_tps'], theirs['pp_tps'])} | {ours['tg_tps']:.2f} ± {ours['tg_std']:.2f} | "
-          f"{theirs['tg_tps']:.2f} ± {theirs['tg_std']:.2f} | {r(ours['tg_tps'], theirs['tg_tps'])} | "
+          f"{theirs['tg_tps']:.2f} ± {theirs['tg_std']:.2f} | {r(ours['tg_tps'], theirs['tg_tps'])} | {bw:.1f} | "
           f"{100 * ours['tg_tps'] * gb / bw:.0f}% | {100 * theirs['tg_tps'] * gb / bw:.0f}% |")
-print(f"\n{threads} threads; tokens/s, mean ± stddev.")
+print(f"\n{threads} threads; tokens/s, mean ± stddev; read GB/s: engine/examples/membw just before the file's runs.")
 PY
 rm -f "$results"
 
