@@ -1213,14 +1213,6 @@ pub(super) trait Pk512 {
         _mm512_setzero_ps()
     }
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
-    /// One token (decode): by default the generic tile with one column.
-    #[inline(always)]
-    unsafe fn tile1(g: &PkArgs, group: *const u8, t0: usize, out: *mut f32, os: usize)
-    where
-        Self: Sized,
-    {
-        packed_tile512::<Self, 1>(g, group, t0, out, os)
-    }
 }
 
 #[inline(always)]
@@ -1378,43 +1370,6 @@ impl Pk512 for PkQ4K {
             (w[2 * c], w[2 * c + 1]) = nib512(t.add(256 + 64 * (4 * j + c)));
         }
     }
-    /// Decode: the high nibbles are dotted as `16·h` (masked, not shifted) into a sum of their
-    /// own, which halves the shifts and splits the dependency chain; the float steps are the
-    /// generic tile's, in its order, so results are bit for bit the same.
-    #[inline(always)]
-    unsafe fn tile1(g: &PkArgs, group: *const u8, t0: usize, out: *mut f32, os: usize) {
-        let n_sub = g.side.n_sub;
-        let (sd, sm) = (
-            g.side.d.as_ptr().add(t0 * n_sub),
-            g.side.msum.as_ptr().add(t0 * n_sub),
-        );
-        let qoff = g.side.qoff.as_ptr();
-        let arow = g.xq.as_ptr().add(t0 * g.row_bytes);
-        let (m_lo, m_hi) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
-        let mut accf = _mm512_setzero_ps();
-        for tile in 0..g.n_tiles {
-            let tp = group.add(tile * Self::TILE);
-            let st = Self::state(tp);
-            for j in 0..Self::SUBS {
-                let js = tile * Self::SUBS + j;
-                let a = arow.add(*qoff.add(js) as usize);
-                let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                for c in 0..4 {
-                    let v = ld512(tp.add(256 + 64 * (4 * j + c)));
-                    let a_lo = _mm512_set1_epi32((a.add(8 * c) as *const i32).read_unaligned());
-                    let a_hi = _mm512_set1_epi32((a.add(8 * c + 4) as *const i32).read_unaligned());
-                    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, m_lo), a_lo);
-                    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, m_hi), a_hi);
-                }
-                let dot = _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
-                let d = _mm512_set1_ps(*sd.add(js));
-                let s = Self::scale(&st, j);
-                accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(s, d), accf);
-                accf = _mm512_fmadd_ps(Self::min(&st, j), _mm512_set1_ps(*sm.add(js)), accf);
-            }
-        }
-        _mm512_storeu_ps(out.add(t0 * os), accf);
-    }
 }
 
 impl Pk512 for PkQ6K {
@@ -1525,7 +1480,7 @@ unsafe fn packed_body512<T: Pk512>(
         t += 4;
     }
     while t < tokens.end {
-        T::tile1(g, group, t, out, os);
+        packed_tile512::<T, 1>(g, group, t, out, os);
         t += 1;
     }
 }
@@ -1544,43 +1499,69 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
-        GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
-        GgmlType::Q6_K => q6k_body(g, group, tokens, out, os),
+        GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
+        GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
 }
 
-// Q6_K: 16-element sub-blocks make the per-sub-block work (scale conversion, the float multiply-
-// add, the integer sum's start) as large as the dot products themselves, so its kernel differs
-// from the generic one in three ways. Each sub-block's integer sum is scaled by the rows' f32
-// scales into a super-block sum, which the token's Q8_K scale multiplies once per super-block;
-// the sum starts at the precomputed `-32 · Σa`, a broadcast load; and for a batch the group's
-// 6-bit values and f32 scales are unpacked once into a buffer that every token then reads, so
-// the unpacking is paid once per group instead of once per eight tokens. Decode reads the packed
-// tiles directly; both paths do the same integer and float steps in the same order, so a token
-// gets the same bits alone or in a batch.
+// K-quants (Q4_K, Q6_K) for batches: with 16 rows per vector, the per-sub-block work (scale
+// conversion, the float multiply-adds, unpacking the values) costs as much as the dot products
+// themselves unless it is shared by many tokens. So (Q6_K) each sub-block's integer sum is
+// scaled by the rows' f32 scales into a super-block sum, which the token's Q8_K scale (one per
+// super-block) multiplies once; offset sums start as a precomputed `-off · Σa` (a broadcast
+// load); and for a batch the group's values and f32 scales/mins are unpacked once into a per-thread buffer
+// that every 8-token tile then reads, instead of being unpacked again for every eight tokens.
+// Decode reads the packed tiles directly; both paths do the same integer and float steps in the
+// same order, so a token gets the same bits alone or in a batch.
 
-/// Bytes of one unpacked Q6_K tile: the 16 sub-blocks' f32 row scales (`d · sc`), then their
-/// values (0..63) as four 64-byte steps per sub-block.
-const Q6K_UNPACKED: usize = 16 * 64 + 16 * 4 * 64;
-
-/// Where [`q6k_tile`] reads a tile's row scales and values from.
-trait Q6Src {
-    /// Bytes from one tile to the next.
-    const STRIDE: usize;
+/// A K-quant packed type as the super-block kernel sees it.
+trait SbType {
+    /// Packed tile bytes.
+    const TILE: usize;
+    /// Sub-blocks per super-block and 4-element steps per sub-block.
+    const SUBS: usize;
+    const STEPS: usize;
+    /// Whether the stored values are offset (the sum starts at `osum`).
+    const OFF: bool;
+    /// Whether rows have a per-sub-block minimum.
+    const MIN: bool;
+    /// Whether sub-block sums are gathered per super-block and multiplied by the token's scale
+    /// once. Q4_K multiplies per sub-block as its earlier kernel did, so its results (and the
+    /// real-model outputs tests pin down) stay bit for bit what they were.
+    const DEFER_D: bool;
     type St;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
-    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]);
+    unsafe fn min(st: &Self::St, t: *const u8, j: usize) -> __m512;
+    /// Sub-block `j`'s values as `STEPS` 64-byte steps of unsigned bytes, in `w[..STEPS]`.
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
+    /// The integer dot products of sub-block `j` with one token's quants `a`, from `acc`,
+    /// straight from the packed tile (decode).
+    #[inline(always)]
+    unsafe fn dot_packed(t: *const u8, j: usize, a: *const u8, acc: __m512i) -> __m512i {
+        let mut w = [_mm512_setzero_si512(); 8];
+        Self::steps(t, j, &mut w);
+        let mut acc = acc;
+        for (k, w) in w.iter().enumerate().take(Self::STEPS) {
+            let av = _mm512_set1_epi32((a.add(4 * k) as *const i32).read_unaligned());
+            acc = _mm512_dpbusd_epi32(acc, *w, av);
+        }
+        acc
+    }
+    /// Bytes of one unpacked tile: per sub-block the rows' f32 scales, then (with MIN) their
+    /// f32 mins, then the values as `STEPS` steps per sub-block.
+    const UNPACKED: usize = Self::SUBS * 64 * (1 + Self::MIN as usize) + Self::SUBS * Self::STEPS * 64;
+    const VALS: usize = Self::SUBS * 64 * (1 + Self::MIN as usize);
 }
 
-/// The packed tiles themselves (decode: one pass, nothing to amortize).
-struct Q6Packed;
-/// A buffer written by [`q6k_unpack`].
-struct Q6Unpacked;
-
-impl Q6Src for Q6Packed {
-    const STRIDE: usize = PkQ6K::TILE;
+impl SbType for PkQ6K {
+    const TILE: usize = <PkQ6K as Pk512>::TILE;
+    const SUBS: usize = 16;
+    const STEPS: usize = 4;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const DEFER_D: bool = true;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -1588,54 +1569,84 @@ impl Q6Src for Q6Packed {
     }
     #[inline(always)]
     unsafe fn scale(d: &__m512, t: *const u8, j: usize) -> __m512 {
-        PkQ6K::scale(&(*d, t), j)
+        <PkQ6K as Pk512>::scale(&(*d, t), j)
     }
     #[inline(always)]
-    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]) {
-        let mut w8 = [_mm512_setzero_si512(); 8];
-        PkQ6K::steps(t, j, &mut w8);
-        w.copy_from_slice(&w8[..4]);
+    unsafe fn min(_: &__m512, _: *const u8, _: usize) -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        <PkQ6K as Pk512>::steps(t, j, w)
     }
 }
 
-impl Q6Src for Q6Unpacked {
-    const STRIDE: usize = Q6K_UNPACKED;
-    type St = ();
+impl SbType for PkQ4K {
+    const TILE: usize = <PkQ4K as Pk512>::TILE;
+    const SUBS: usize = 8;
+    const STEPS: usize = 8;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const DEFER_D: bool = false;
+    type St = Q4KSt;
     #[inline(always)]
-    unsafe fn state(_t: *const u8) {}
-    #[inline(always)]
-    unsafe fn scale(_st: &(), t: *const u8, j: usize) -> __m512 {
-        _mm512_loadu_ps(t.add(64 * j) as *const f32)
+    unsafe fn state(t: *const u8) -> Q4KSt {
+        <PkQ4K as Pk512>::state(t)
     }
     #[inline(always)]
-    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 4]) {
-        for (k, w) in w.iter_mut().enumerate() {
-            *w = ld512(t.add(1024 + 256 * j + 64 * k));
+    unsafe fn scale(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
+        <PkQ4K as Pk512>::scale(st, j)
+    }
+    #[inline(always)]
+    unsafe fn min(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
+        <PkQ4K as Pk512>::min(st, j)
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        <PkQ4K as Pk512>::steps(t, j, w)
+    }
+    /// The high nibbles are dotted as `16·h` (masked, not shifted) into a sum of their own,
+    /// which halves the shifts and splits the dependency chain; the sum is the same integer.
+    #[inline(always)]
+    unsafe fn dot_packed(t: *const u8, j: usize, a: *const u8, acc: __m512i) -> __m512i {
+        let (m_lo, m_hi) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
+        let (mut lo, mut hi) = (acc, _mm512_setzero_si512());
+        for c in 0..4 {
+            let v = ld512(t.add(256 + 64 * (4 * j + c)));
+            let a_lo = _mm512_set1_epi32((a.add(8 * c) as *const i32).read_unaligned());
+            let a_hi = _mm512_set1_epi32((a.add(8 * c + 4) as *const i32).read_unaligned());
+            lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, m_lo), a_lo);
+            hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, m_hi), a_hi);
         }
+        _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4))
     }
 }
 
-/// Unpacks a group's `n_tiles` Q6_K tiles into `buf` (`n_tiles * Q6K_UNPACKED` bytes).
+/// Unpacks a group's `n_tiles` tiles into `buf` (`n_tiles * T::UNPACKED` bytes).
 #[inline(always)]
-unsafe fn q6k_unpack(group: *const u8, n_tiles: usize, buf: *mut u8) {
+unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
+    let mut w = [_mm512_setzero_si512(); 8];
     for tile in 0..n_tiles {
-        let tp = group.add(tile * PkQ6K::TILE);
-        let bp = buf.add(tile * Q6K_UNPACKED);
-        let d = Q6Packed::state(tp);
-        let mut w = [_mm512_setzero_si512(); 4];
-        for j in 0..16 {
-            _mm512_storeu_ps(bp.add(64 * j) as *mut f32, Q6Packed::scale(&d, tp, j));
-            Q6Packed::steps(tp, j, &mut w);
-            for (k, w) in w.iter().enumerate() {
-                _mm512_storeu_si512(bp.add(1024 + 256 * j + 64 * k) as *mut _, *w);
+        let tp = group.add(tile * T::TILE);
+        let bp = buf.add(tile * T::UNPACKED);
+        let st = T::state(tp);
+        for j in 0..T::SUBS {
+            _mm512_storeu_ps(bp.add(64 * j) as *mut f32, T::scale(&st, tp, j));
+            if T::MIN {
+                _mm512_storeu_ps(bp.add(64 * (T::SUBS + j)) as *mut f32, T::min(&st, tp, j));
+            }
+            T::steps(tp, j, &mut w);
+            for (k, w) in w.iter().enumerate().take(T::STEPS) {
+                _mm512_storeu_si512(bp.add(T::VALS + 64 * (T::STEPS * j + k)) as *mut _, *w);
             }
         }
     }
 }
 
-/// The 16 rows of `src` (packed tiles or an unpacked buffer) against `C` tokens from `t0`.
+/// The 16 rows of a group against `C` tokens from `t0`: from the packed tiles (`src` is the
+/// group) or, with `UNPACKED`, from a buffer written by [`sb_unpack`].
 #[inline(always)]
-unsafe fn q6k_tile<S: Q6Src, const C: usize>(
+unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
     g: &PkArgs,
     src: *const u8,
     t0: usize,
@@ -1643,36 +1654,65 @@ unsafe fn q6k_tile<S: Q6Src, const C: usize>(
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
-    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
     let mut accf = [_mm512_setzero_ps(); C];
-    let mut w = [_mm512_setzero_si512(); 4];
     for tile in 0..g.n_tiles {
-        let tp = src.add(tile * S::STRIDE);
-        let st = S::state(tp);
+        let tp = src.add(tile * if UNPACKED { T::UNPACKED } else { T::TILE });
+        let st = if UNPACKED { None } else { Some(T::state(tp)) };
         let mut accs = [_mm512_setzero_ps(); C];
-        for j in 0..16 {
-            let js = tile * 16 + j;
-            S::steps(tp, j, &mut w);
-            let mut acci: [__m512i; C] =
-                std::array::from_fn(|c| _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js)));
+        for j in 0..T::SUBS {
+            let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
-            for (k, w) in w.iter().enumerate() {
+            let mut acci: [__m512i; C] = std::array::from_fn(|c| {
+                if T::OFF {
+                    _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js))
+                } else {
+                    _mm512_setzero_si512()
+                }
+            });
+            let (s, m) = if let Some(st) = &st {
                 for c in 0..C {
-                    let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
-                    acci[c] = _mm512_dpbusd_epi32(acci[c], *w, _mm512_set1_epi32(a));
+                    acci[c] = T::dot_packed(tp, j, arow[c].add(qo), acci[c]);
+                }
+                (T::scale(st, tp, j), T::min(st, tp, j))
+            } else {
+                let wp = tp.add(T::VALS + 64 * T::STEPS * j);
+                for k in 0..T::STEPS {
+                    let w = ld512(wp.add(64 * k));
+                    for c in 0..C {
+                        let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
+                        acci[c] = _mm512_dpbusd_epi32(acci[c], w, _mm512_set1_epi32(a));
+                    }
+                }
+                let m = if T::MIN {
+                    _mm512_loadu_ps(tp.add(64 * (T::SUBS + j)) as *const f32)
+                } else {
+                    _mm512_setzero_ps()
+                };
+                (_mm512_loadu_ps(tp.add(64 * j) as *const f32), m)
+            };
+            for c in 0..C {
+                if T::DEFER_D {
+                    accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
+                } else {
+                    let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
+                    accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
                 }
             }
-            let s = S::scale(&st, tp, j);
-            for c in 0..C {
-                accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
+            if T::MIN {
+                for c in 0..C {
+                    accf[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js)), accf[c]);
+                }
             }
         }
-        // Q8_K has one scale per super-block: the same for its 16 sub-blocks.
-        for c in 0..C {
-            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * 16));
-            accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
+        if T::DEFER_D {
+            // Q8_K has one scale per super-block: the same for all its sub-blocks.
+            for c in 0..C {
+                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+                accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
+            }
         }
     }
     for c in 0..C {
@@ -1681,40 +1721,46 @@ unsafe fn q6k_tile<S: Q6Src, const C: usize>(
 }
 
 thread_local! {
-    /// Each thread's unpacked Q6_K group (reused across calls).
-    static Q6K_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's unpacked group (reused across calls).
+    static UNPACKED_GROUP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Tokens from which unpacking a group first pays (it costs about one token's pass).
-const Q6K_UNPACK_MIN: usize = 4;
+const UNPACK_MIN_TOKENS: usize = 4;
 
 #[inline(always)]
-unsafe fn q6k_body(g: &PkArgs, group: *const u8, tokens: std::ops::Range<usize>, out: *mut f32, os: usize) {
-    if tokens.len() < Q6K_UNPACK_MIN {
+unsafe fn sb_body<T: SbType>(
+    g: &PkArgs,
+    group: *const u8,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    if tokens.len() < UNPACK_MIN_TOKENS {
         for t in tokens {
-            q6k_tile::<Q6Packed, 1>(g, group, t, out, os);
+            sb_tile::<T, 1, false>(g, group, t, out, os);
         }
         return;
     }
     // The closure only lends the buffer out: code inside a closure would not get this
     // function's target features. Nothing else touches the thread's buffer until we return.
-    let src = Q6K_BUF.with(|cell| {
+    let src = UNPACKED_GROUP.with(|cell| {
         let mut buf = cell.borrow_mut();
-        buf.resize(g.n_tiles * Q6K_UNPACKED, 0);
+        buf.resize(g.n_tiles * T::UNPACKED, 0);
         buf.as_mut_ptr()
     });
-    q6k_unpack(group, g.n_tiles, src);
+    sb_unpack::<T>(group, g.n_tiles, src);
     let mut t = tokens.start;
     while t + 8 <= tokens.end {
-        q6k_tile::<Q6Unpacked, 8>(g, src, t, out, os);
+        sb_tile::<T, 8, true>(g, src, t, out, os);
         t += 8;
     }
     if t + 4 <= tokens.end {
-        q6k_tile::<Q6Unpacked, 4>(g, src, t, out, os);
+        sb_tile::<T, 4, true>(g, src, t, out, os);
         t += 4;
     }
     while t < tokens.end {
-        q6k_tile::<Q6Unpacked, 1>(g, src, t, out, os);
+        sb_tile::<T, 1, true>(g, src, t, out, os);
         t += 1;
     }
 }
