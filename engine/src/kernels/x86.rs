@@ -1499,7 +1499,14 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
-        GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
+        // Q4_K batches stay on the generic kernel: its unpacked group (bytes, not nibbles)
+        // outgrows L1 and measured slower; decode uses the split-nibble dot.
+        GgmlType::Q4_K if tokens.len() < UNPACK_MIN_TOKENS => {
+            for t in tokens {
+                sb_tile::<PkQ4K, 1, false>(g, group, t, out, os);
+            }
+        }
+        GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
         GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
