@@ -1512,7 +1512,8 @@ pub(super) unsafe fn packed_avx512(
     }
 }
 
-// K-quants (Q4_K, Q6_K) for batches: with 16 rows per vector, the per-sub-block work (scale
+// K-quants on the super-block kernel (Q6_K batches and decode, Q4_K decode; Q4_K batches use
+// `packed_body512`, see `packed_avx512`): with 16 rows per vector, the per-sub-block work (scale
 // conversion, the float multiply-adds, unpacking the values) costs as much as the dot products
 // themselves unless it is shared by many tokens. So (Q6_K) each sub-block's integer sum is
 // scaled by the rows' f32 scales into a super-block sum, which the token's Q8_K scale (one per
