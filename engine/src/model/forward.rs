@@ -296,11 +296,13 @@ impl Model {
             let visible = &visible[pool];
             let mut attn = vec![0f32; rows.len() * nh * dv];
             let dst = OutPtr(attn.as_mut_ptr());
-            // Tasks: (tile of rows, KV head) for a batch; for a decode step, one per query head,
-            // so that its heads still spread over the threads.
+            // Tasks: (tile of rows, KV head), so that a KV head's query heads share its K/V
+            // rows; for a decode step with fewer KV heads than threads, one per query head, so
+            // that its heads still spread over the threads.
             let group = nh / nkv;
+            let n_threads = threads::with_current(|tp| tp.n_threads());
             let (tile_rows, head_step) = if rows.len() == 1 {
-                (1, 1)
+                (1, if nkv >= n_threads { group } else { 1 })
             } else {
                 (TILE_ROWS, group)
             };

@@ -1,17 +1,18 @@
 //! Scaled dot-product attention of query rows over the cached keys and values of one layer.
 //!
 //! The cost per query is linear in the number of visible cells; query heads that share a KV
-//! head (GQA) read the same rows. Numerics follow llama.cpp's CPU path without flash attention:
-//! with an F16 cache the query is rounded to f16 for the K dot products (as `mul_mat` converts it
-//! to K's format) and the softmax weights are rounded to f16 before weighting V; with a Q8_0
-//! cache the query is quantized to Q8_0 blocks and V rows are dequantized. Sums are in f32, the
-//! softmax denominator in f64.
+//! head (GQA) read the same rows. Numerics follow llama.cpp's CPU path: the query is rounded
+//! through the cache's dot format (f16 for an F16 cache, Q8_0 blocks for a Q8_0 one), and with
+//! an F16 cache the softmax weights are rounded to f16 before weighting V. Scores, the softmax and
+//! the weighted sums are in f32 with fused multiply-adds in a fixed order per query (see
+//! [`crate::kernels::attn`]), over blocks of [`BLOCK_CELLS`] cells defined by absolute cell index:
+//! a query gives the same bits whatever tile, batch or instruction-set tier computes it.
 
 use std::ops::Range;
 
-use half::slice::HalfFloatSliceExt;
-
-use super::dot::{dequantize_row, f16_to_f32, quantize_row, vec_dot, vec_dot_type};
+use super::dot::{quantize_row, vec_dot_type};
+use crate::kernels::attn::{self as k, LANES};
+use crate::kernels::Isa;
 use crate::quant::GgmlType;
 
 /// One layer's cache: row `c` of `k` (`v`) holds the keys (values) of cell `c` for every KV head,
@@ -36,31 +37,87 @@ pub struct AttnShape {
     pub softcap: f32,
 }
 
-/// Converts a row of little-endian f16 values (F16C when the CPU has it).
-fn f16_row(bytes: &[u8], out: &mut [f32]) {
-    // SAFETY: any bit pattern is a valid u16; `align_to` only yields the aligned middle part.
-    let (pre, mid, post) = unsafe { bytes.align_to::<u16>() };
-    if pre.is_empty() && post.is_empty() && cfg!(target_endian = "little") {
-        let halves: &[half::f16] = bytemuck_u16(mid);
-        halves.convert_to_f32_slice(out);
-    } else {
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *o = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+/// Byte sizes of one layer's cache rows, computed once per call.
+#[derive(Clone, Copy)]
+struct Rows {
+    k_head: usize,
+    v_head: usize,
+    k_row: usize,
+    v_row: usize,
+    n_cells: usize,
+}
+
+impl Rows {
+    fn new(kv: &KvView, shape: &AttnShape) -> Rows {
+        let bytes = |n: usize| {
+            kv.ty
+                .row_bytes(n as u64)
+                .expect("KV head size fits the cache type") as usize
+        };
+        let (k_head, v_head) = (bytes(shape.head_dim_k), bytes(shape.head_dim_v));
+        let (k_row, v_row) = (k_head * shape.n_kv_head, v_head * shape.n_kv_head);
+        let n_cells = kv.k.len() / k_row;
+        assert!(kv.v.len() >= n_cells * v_row, "V cache shorter than K cache");
+        Rows {
+            k_head,
+            v_head,
+            k_row,
+            v_row,
+            n_cells,
         }
     }
 }
 
-fn bytemuck_u16(x: &[u16]) -> &[half::f16] {
-    // SAFETY: `half::f16` is `repr(transparent)` over `u16`.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
+/// Row `c` (KV head `kvh`) of a cache half in f32.
+#[allow(clippy::too_many_arguments)]
+fn load_row(
+    isa: Isa,
+    ty: GgmlType,
+    data: &[u8],
+    row: usize,
+    head: usize,
+    c: usize,
+    kvh: usize,
+    out: &mut [f32],
+) {
+    let off = c * row + kvh * head;
+    let src = &data[off..off + head];
+    if ty == GgmlType::F16 {
+        k::f16_row(isa, src, out);
+    } else {
+        crate::quant::dequantize_row(ty, src, out).expect("KV cache type dequantizes");
+    }
 }
 
-/// Reusable buffers of one worker.
+/// A query head rounded through the cache's dot format, back in f32.
+fn round_query(ty: GgmlType, q: &[f32], buf: &mut Vec<u8>, out: &mut [f32]) {
+    let q_ty = vec_dot_type(ty);
+    let n = q_ty
+        .row_bytes(q.len() as u64)
+        .expect("head size fits the query format") as usize;
+    buf.resize(n, 0);
+    quantize_row(q_ty, q, buf);
+    crate::quant::dequantize_row(q_ty, buf, out).expect("query format dequantizes");
+}
+
+/// A raw score, soft-capped and scaled (without soft-capping, just scaled: `x * kq_scale`).
+#[inline]
+fn finish_score(x: f32, shape: &AttnShape) -> f32 {
+    let x = if shape.softcap > 0.0 {
+        shape.softcap * (x / shape.softcap).tanh()
+    } else {
+        x
+    };
+    x * shape.kq_scale
+}
+
+/// Reusable buffers of one worker for [`attend_head`].
 #[derive(Default)]
 pub struct Scratch {
-    scores: Vec<f32>,
     q: Vec<u8>,
-    v: Vec<f32>,
+    qf: Vec<f32>,
+    row: Vec<f32>,
+    scores: Vec<f32>,
 }
 
 /// Attention of one token: `q` holds its `n_head` query heads, `cells` the cache cells it may
@@ -79,8 +136,10 @@ pub fn attend(
     }
 }
 
-/// Query head `h` of one token (`q` holds all its heads): writes `head_dim_v` values to `out`.
-/// The plain reference that [`attend_tile`], which the forward pass uses, is tested against.
+/// Query head `h` of one token (`q` holds all its heads) over its visible `cells` (ascending):
+/// writes `head_dim_v` values to `out`. The plain scalar reference that [`attend_tile`], which the
+/// forward pass uses, is tested against bit for bit: the same operations per query, one cell at a
+/// time.
 pub fn attend_head(
     q: &[f32],
     kv: KvView,
@@ -90,104 +149,139 @@ pub fn attend_head(
     scratch: &mut Scratch,
     out: &mut [f32],
 ) {
-    let AttnShape {
-        n_head,
-        n_kv_head,
-        head_dim_k: dk,
-        head_dim_v: dv,
-        kq_scale,
-        softcap,
-    } = *shape;
-    assert!(n_kv_head > 0 && n_head % n_kv_head == 0 && h < n_head);
-    assert_eq!(q.len(), n_head * dk);
+    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
+    assert!(shape.n_kv_head > 0 && shape.n_head.is_multiple_of(shape.n_kv_head) && h < shape.n_head);
+    assert_eq!(q.len(), shape.n_head * dk);
     assert_eq!(out.len(), dv);
-    let group = n_head / n_kv_head;
-    let k_head = kv
-        .ty
-        .row_bytes(dk as u64)
-        .expect("KV head size fits the cache type") as usize;
-    let v_head = kv
-        .ty
-        .row_bytes(dv as u64)
-        .expect("KV head size fits the cache type") as usize;
-    let (k_row, v_row) = (k_head * n_kv_head, v_head * n_kv_head);
-    let q_ty = vec_dot_type(kv.ty);
-    let q_bytes = q_ty
-        .row_bytes(dk as u64)
-        .expect("head size fits the query format") as usize;
-    scratch.scores.resize(cells.len(), 0.0);
-    scratch.q.resize(q_bytes, 0);
-    scratch.v.resize(dv, 0.0);
+    let rows = Rows::new(&kv, shape);
+    let kvh = h / (shape.n_head / shape.n_kv_head);
+    let sc = scratch;
+    sc.qf.resize(dk, 0.0);
+    round_query(kv.ty, &q[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
+    sc.row.resize(dk.max(dv), 0.0);
+    sc.scores.clear();
+    for &c in cells {
+        let kr = &mut sc.row[..dk];
+        load_row(
+            Isa::Scalar,
+            kv.ty,
+            kv.k,
+            rows.k_row,
+            rows.k_head,
+            c as usize,
+            kvh,
+            kr,
+        );
+        let x = sc
+            .qf
+            .iter()
+            .zip(kr.iter())
+            .fold(0f32, |acc, (&a, &b)| a.mul_add(b, acc));
+        sc.scores.push(finish_score(x, shape));
+    }
+    // Online softmax statistics, one update per block of cells (by absolute index).
+    let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+    let mut i = 0;
+    while i < cells.len() {
+        let block = cells[i] as usize / BLOCK_CELLS;
+        let n = cells[i..]
+            .iter()
+            .take_while(|&&c| c as usize / BLOCK_CELLS == block)
+            .count();
+        let s = &sc.scores[i..i + n];
+        let mn = s.iter().fold(m, |a, &x| a.max(x));
+        if mn != f32::NEG_INFINITY {
+            let sum = s.iter().fold(0f32, |a, &x| a + k::exp_neg(x - mn));
+            l = l * k::exp_neg(m - mn) + sum;
+            m = mn;
+        }
+        i += n;
+    }
     out.fill(0.0);
-    if cells.is_empty() {
+    if l == 0.0 {
         return;
     }
-    let kvh = h / group;
-    quantize_row(q_ty, &q[h * dk..(h + 1) * dk], &mut scratch.q);
-    let mut max = f32::NEG_INFINITY;
-    for (s, &c) in scratch.scores.iter_mut().zip(cells) {
-        let off = c as usize * k_row + kvh * k_head;
-        let mut x = vec_dot(kv.ty, dk, &kv.k[off..off + k_head], &scratch.q);
-        if softcap > 0.0 {
-            x = softcap * (x / softcap).tanh();
-        }
-        x *= kq_scale;
-        *s = x;
-        max = max.max(x);
-    }
-    let mut sum = 0f64;
-    for s in scratch.scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += f64::from(*s);
-    }
-    let inv = (1.0 / sum) as f32;
-    for (&p, &c) in scratch.scores.iter().zip(cells) {
-        let off = c as usize * v_row + kvh * v_head;
-        let vrow = &kv.v[off..off + v_head];
-        let p = if kv.ty == GgmlType::F16 {
-            f16_row(vrow, &mut scratch.v);
-            // llama.cpp multiplies V with the softmax weights converted to f16.
-            f16_to_f32(half::f16::from_f32(p * inv).to_bits())
-        } else {
-            dequantize_row(kv.ty, vrow, &mut scratch.v);
-            p * inv
-        };
-        for (acc, v) in out.iter_mut().zip(&scratch.v) {
-            *acc += p * v;
+    let inv = 1.0 / l;
+    for (&c, &s) in cells.iter().zip(&sc.scores) {
+        let w = k::weight(s, m, inv, kv.ty == GgmlType::F16);
+        if w != 0.0 {
+            let vr = &mut sc.row[..dv];
+            load_row(
+                Isa::Scalar,
+                kv.ty,
+                kv.v,
+                rows.v_row,
+                rows.v_head,
+                c as usize,
+                kvh,
+                vr,
+            );
+            for (o, &v) in out.iter_mut().zip(vr.iter()) {
+                *o = w.mul_add(v, *o);
+            }
         }
     }
 }
 
 /// Query rows of one tile of [`attend_tile`]: with the query heads of a KV head, the queries that
-/// share each K row read and each V row conversion.
+/// share each K row read and each K/V row conversion.
 pub const TILE_ROWS: usize = 8;
-/// Cells per block of values: a block's V rows, converted to f32, stay in cache while every
-/// query of the tile takes them in.
-const BLOCK_CELLS: usize = 64;
+/// Cells per block, by absolute cell index: a block's K and V rows are converted to f32 once per
+/// tile and pass, and stay in cache while every query of the tile takes them in. The online
+/// softmax updates its statistics once per block.
+pub const BLOCK_CELLS: usize = 64;
+/// Most scores (f32) a tile keeps from its first pass to its second: 256 KB (16 KB in unit tests,
+/// so that their longer contexts take the path that computes the scores again).
+const KEEP_SCORES: usize = if cfg!(test) { 1 << 12 } else { 1 << 16 };
 
-/// Reusable buffers of one worker for [`attend_tile`].
+/// Reusable buffers of one worker for [`attend_tile`]; their size depends on the tile and the
+/// head sizes, not on the context length (except one bit mask per row and block).
 #[derive(Default)]
 pub struct TileScratch {
-    cells: Vec<u32>,
     q: Vec<u8>,
-    probs: Vec<f32>,
+    qf: Vec<f32>,
+    qt: Vec<f32>,
+    k: Vec<f32>,
     v: Vec<f32>,
+    s: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    inv: Vec<f32>,
     acc: Vec<f32>,
+    masks: Vec<u64>,
+    cursor: Vec<usize>,
 }
 
-/// Attention of a tile of query rows for query heads `heads` (all of one KV head's group): each K
-/// row is read once for all queries of the tile (GQA: a KV head's query heads, and the tile's
-/// rows), each V row converted to f32 once, in blocks of cells that stay in cache.
+/// Attention of a tile of query rows for query heads `heads` (all of one KV head's group), flash
+/// style: block by block of [`BLOCK_CELLS`] cells, the block's K rows are converted to f32 once for
+/// all queries of the tile, the scores are a small f32 GEMM (queries x cells), the softmax keeps
+/// online statistics per query (a first pass), then a second pass recomputes the scores, turns them
+/// into weights and adds the block's V rows (converted once) into f32 accumulators. Memory is
+/// bounded by the tile and the block, whatever the context length.
 ///
 /// `q[r]` holds all `n_head` query heads of row `r`; `cells[r]` the cells row `r` may see, in
 /// ascending order (the causal and sliding-window masks are these lists). Writes `head_dim_v`
 /// values per (row, head) through `out(r, h)`.
 ///
-/// Every query sees the same operations in the same order as in [`attend_head`] (scores in the
-/// cache's dot format, then the softmax over the visible ones, then the weighted values in cell
-/// order), so the result is the same bits whatever the tile: a prompt evaluated in one batch, in
-/// chunks or token by token gives the same logits.
+/// Every query sees the operations of [`attend_head`] in the same order, so the result is the same
+/// bits whatever the tile: a prompt evaluated in one batch, in chunks or token by token gives the
+/// same logits.
 pub fn attend_tile<'o>(
+    q: &[&[f32]],
+    kv: KvView,
+    cells: &[&[u32]],
+    shape: &AttnShape,
+    heads: Range<usize>,
+    scratch: &mut TileScratch,
+    out: impl FnMut(usize, usize) -> &'o mut [f32],
+) {
+    attend_tile_isa(Isa::active(), q, kv, cells, shape, heads, scratch, out)
+}
+
+/// [`attend_tile`] with the kernels of `isa` (which the CPU must support).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tile_isa<'o>(
+    isa: Isa,
     q: &[&[f32]],
     kv: KvView,
     cells: &[&[u32]],
@@ -201,133 +295,163 @@ pub fn attend_tile<'o>(
         n_kv_head,
         head_dim_k: dk,
         head_dim_v: dv,
-        kq_scale,
-        softcap,
+        ..
     } = *shape;
+    assert!(isa.is_supported(), "{isa} kernels on a CPU without them");
     assert!(n_kv_head > 0 && n_head % n_kv_head == 0 && heads.end <= n_head && !heads.is_empty());
     let group = n_head / n_kv_head;
     let kvh = heads.start / group;
     assert_eq!((heads.end - 1) / group, kvh, "heads of one KV head");
     assert_eq!(q.len(), cells.len());
+    let rows = Rows::new(&kv, shape);
+    let n_rows = q.len();
     let n_heads = heads.len();
-    let nq = q.len() * n_heads;
-    let row_bytes = |n: usize| {
-        kv.ty
-            .row_bytes(n as u64)
-            .expect("KV head size fits the cache type") as usize
-    };
-    let (k_head, v_head) = (row_bytes(dk), row_bytes(dv));
-    let (k_row, v_row) = (k_head * n_kv_head, v_head * n_kv_head);
-    let q_ty = vec_dot_type(kv.ty);
-    let q_bytes = q_ty
-        .row_bytes(dk as u64)
-        .expect("head size fits the query format") as usize;
+    let nq = n_rows * n_heads;
+    let nqp = nq.div_ceil(LANES) * LANES;
+    let dvp = dv.div_ceil(LANES) * LANES;
+    let round_f16 = kv.ty == GgmlType::F16;
     let sc = scratch;
 
-    // The union of the rows' visible cells, ascending.
-    sc.cells.clear();
+    // The span of visible cells; every list ascending and inside the cache (checked once here).
+    let mut lo = usize::MAX;
+    let mut hi = 0;
     for c in cells {
-        sc.cells.extend_from_slice(c);
+        assert!(c.windows(2).all(|w| w[0] < w[1]), "visible cells ascending");
+        if let (Some(&a), Some(&b)) = (c.first(), c.last()) {
+            assert!((b as usize) < rows.n_cells, "visible cell outside the cache");
+            lo = lo.min(a as usize);
+            hi = hi.max(b as usize + 1);
+        }
     }
-    sc.cells.sort_unstable();
-    sc.cells.dedup();
-    let nu = sc.cells.len();
 
-    // Queries in the dot format; query i is (row i / n_heads, head heads.start + i % n_heads).
-    sc.q.resize(nq * q_bytes, 0);
-    for (i, qb) in sc.q.chunks_exact_mut(q_bytes).enumerate() {
+    // Queries rounded through the cache's dot format, transposed: qt[d * nqp + i]; query i is
+    // (row i / n_heads, head heads.start + i % n_heads).
+    sc.qt.clear();
+    sc.qt.resize(dk * nqp, 0.0);
+    sc.qf.resize(dk, 0.0);
+    for i in 0..nq {
         let h = heads.start + i % n_heads;
         let qr = q[i / n_heads];
         assert_eq!(qr.len(), n_head * dk);
-        quantize_row(q_ty, &qr[h * dk..(h + 1) * dk], qb);
-    }
-
-    // Scores over the union (a cell a row may not see scores -inf), K rows read once per tile.
-    sc.probs.clear();
-    sc.probs.resize(nq * nu, f32::NEG_INFINITY);
-    for (r, visible) in cells.iter().enumerate() {
-        let mut cur = 0;
-        for (j, &c) in sc.cells.iter().enumerate() {
-            if visible.get(cur) != Some(&c) {
-                continue;
-            }
-            cur += 1;
-            let off = c as usize * k_row + kvh * k_head;
-            let k = &kv.k[off..off + k_head];
-            for g in 0..n_heads {
-                let i = r * n_heads + g;
-                let mut x = vec_dot(kv.ty, dk, k, &sc.q[i * q_bytes..(i + 1) * q_bytes]);
-                if softcap > 0.0 {
-                    x = softcap * (x / softcap).tanh();
-                }
-                sc.probs[i * nu + j] = x * kq_scale;
-            }
+        round_query(kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
+        for (d, &x) in sc.qf.iter().enumerate() {
+            sc.qt[d * nqp + i] = x;
         }
     }
-    // Softmax of each query over its visible cells (as `attend_head`: f64 denominator, weights
-    // rounded to f16 with an F16 cache). Masked cells get weight 0 and are skipped below, as a
-    // weight that rounds to 0 would add nothing.
-    for p in sc.probs.chunks_exact_mut(nu.max(1)).take(nq) {
-        let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if max == f32::NEG_INFINITY {
-            p.fill(0.0);
-            continue;
-        }
-        let mut sum = 0f64;
-        for s in p.iter_mut() {
-            *s = (*s - max).exp();
-            sum += f64::from(*s);
-        }
-        let inv = (1.0 / sum) as f32;
-        for s in p.iter_mut() {
-            *s = if kv.ty == GgmlType::F16 {
-                f16_to_f32(half::f16::from_f32(*s * inv).to_bits())
-            } else {
-                *s * inv
-            };
-        }
-    }
-    // Weighted values, block by block of cells.
+    sc.m.clear();
+    sc.m.resize(nqp, f32::NEG_INFINITY);
+    sc.l.clear();
+    sc.l.resize(nqp, 0.0);
     sc.acc.clear();
-    sc.acc.resize(nq * dv, 0.0);
-    sc.v.resize(BLOCK_CELLS * dv, 0.0);
-    for (b, block) in sc.cells.chunks(BLOCK_CELLS).enumerate() {
-        for (&c, vr) in block.iter().zip(sc.v.chunks_exact_mut(dv)) {
-            let off = c as usize * v_row + kvh * v_head;
-            let src = &kv.v[off..off + v_head];
-            if kv.ty == GgmlType::F16 {
-                f16_row(src, vr);
-            } else {
-                dequantize_row(kv.ty, src, vr);
+    sc.acc.resize(nq * dvp, 0.0);
+    sc.k.resize(BLOCK_CELLS * dk, 0.0);
+    sc.v.resize(BLOCK_CELLS * dvp, 0.0);
+
+    // Which cells of each block each row sees: one bit per cell, per (block, row).
+    let blocks = if lo < hi {
+        lo / BLOCK_CELLS..(hi - 1) / BLOCK_CELLS + 1
+    } else {
+        0..0
+    };
+    sc.masks.clear();
+    sc.masks.resize(blocks.len() * n_rows, 0);
+    sc.cursor.clear();
+    sc.cursor.resize(n_rows, 0);
+    for (bi, b) in blocks.clone().enumerate() {
+        let end = (b + 1) * BLOCK_CELLS;
+        for (r, c) in cells.iter().enumerate() {
+            let mut mask = 0u64;
+            let cur = &mut sc.cursor[r];
+            while let Some(&x) = c.get(*cur).filter(|&&x| (x as usize) < end) {
+                mask |= 1 << (x as usize - b * BLOCK_CELLS);
+                *cur += 1;
             }
+            sc.masks[bi * n_rows + r] = mask;
         }
-        let j0 = b * BLOCK_CELLS;
-        for (i, acc) in sc.acc.chunks_exact_mut(dv).enumerate() {
-            let p = &sc.probs[i * nu + j0..i * nu + j0 + block.len()];
-            for (&w, vr) in p.iter().zip(sc.v.chunks_exact(dv)) {
-                if w != 0.0 {
-                    axpy(w, vr, acc);
+    }
+
+    // The scores of a short span are kept from the first pass to the second (a few hundred KB
+    // at most); those of a longer one are computed again, to the same bits.
+    let keep = blocks.len() * BLOCK_CELLS * nqp <= KEEP_SCORES;
+    let block_len = BLOCK_CELLS * nqp;
+    sc.s.resize(if keep { blocks.len().max(1) } else { 1 } * block_len, 0.0);
+    let at = |bi: usize| if keep { bi * block_len } else { 0 };
+    // The cells of block `bi` some row of the tile sees, `first..first + nc` of the block.
+    let span = |sc: &TileScratch, bi: usize| -> Option<(usize, usize)> {
+        let any = sc.masks[bi * n_rows..(bi + 1) * n_rows]
+            .iter()
+            .fold(0, |a, m| a | m);
+        let first = any.trailing_zeros() as usize;
+        (any != 0).then(|| (first, BLOCK_CELLS - any.leading_zeros() as usize - first))
+    };
+    // The scores of block `bi` (cells `b * BLOCK_CELLS + first..` +nc) at `at(bi)`, masked ones -inf.
+    let block_scores = |sc: &mut TileScratch, bi: usize, b: usize, (first, nc): (usize, usize)| {
+        let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
+        let c0 = b * BLOCK_CELLS + first;
+        for (j, kr) in sc.k[..nc * dk].chunks_exact_mut(dk).enumerate() {
+            load_row(isa, kv.ty, kv.k, rows.k_row, rows.k_head, c0 + j, kvh, kr);
+        }
+        let s = &mut sc.s[at(bi)..at(bi) + block_len];
+        k::scores(isa, &sc.qt, nqp, &sc.k, dk, nc, s);
+        for (j, srow) in s[..nc * nqp].chunks_exact_mut(nqp).enumerate() {
+            for (mask, x) in masks.iter().zip(srow[..nq].chunks_exact_mut(n_heads)) {
+                if mask >> (first + j) & 1 == 0 {
+                    x.fill(f32::NEG_INFINITY);
+                } else if shape.softcap > 0.0 {
+                    x.iter_mut().for_each(|x| *x = finish_score(*x, shape));
+                } else {
+                    x.iter_mut().for_each(|x| *x *= shape.kq_scale);
                 }
             }
         }
-    }
-    for (i, acc) in sc.acc.chunks_exact(dv).enumerate() {
-        let o = out(i / n_heads, heads.start + i % n_heads);
-        o.copy_from_slice(acc);
-    }
-}
+    };
 
-/// `acc += w * v`, in lanes the compiler vectorizes.
-fn axpy(w: f32, v: &[f32], acc: &mut [f32]) {
-    const L: usize = 16;
-    let n = v.len() / L * L;
-    for (a, x) in acc[..n].chunks_exact_mut(L).zip(v[..n].chunks_exact(L)) {
-        for k in 0..L {
-            a[k] += w * x[k];
+    // Pass 1: the softmax statistics.
+    for (bi, b) in blocks.clone().enumerate() {
+        if let Some(sp) = span(sc, bi) {
+            block_scores(sc, bi, b, sp);
+            let s = &sc.s[at(bi)..at(bi) + block_len];
+            k::block_stats(isa, s, nqp, sp.1, &mut sc.m, &mut sc.l);
         }
     }
-    for (a, x) in acc[n..].iter_mut().zip(&v[n..]) {
-        *a += w * x;
+    // A query that sees nothing gets zero weights everywhere (and a zero output).
+    sc.inv.clear();
+    for (m, &l) in sc.m.iter_mut().zip(&sc.l) {
+        if l == 0.0 {
+            *m = 0.0;
+            sc.inv.push(0.0);
+        } else {
+            sc.inv.push(1.0 / l);
+        }
+    }
+    // Pass 2: the same scores (kept or again), as weights, times the block's values.
+    for (bi, b) in blocks.enumerate() {
+        if let Some((first, nc)) = span(sc, bi) {
+            if !keep {
+                block_scores(sc, bi, b, (first, nc));
+            }
+            let c0 = b * BLOCK_CELLS + first;
+            let s = &mut sc.s[at(bi)..at(bi) + block_len];
+            k::weights(isa, s, nqp, nc, &sc.m, &sc.inv, round_f16);
+            for (j, vr) in sc.v[..nc * dvp].chunks_exact_mut(dvp).enumerate() {
+                load_row(
+                    isa,
+                    kv.ty,
+                    kv.v,
+                    rows.v_row,
+                    rows.v_head,
+                    c0 + j,
+                    kvh,
+                    &mut vr[..dv],
+                );
+                vr[dv..].fill(0.0);
+            }
+            let s = &sc.s[at(bi)..at(bi) + block_len];
+            k::weighted_values(isa, s, nqp, nq, &sc.v, dvp, nc, &mut sc.acc);
+        }
+    }
+    for (i, acc) in sc.acc.chunks_exact(dvp).enumerate() {
+        out(i / n_heads, heads.start + i % n_heads).copy_from_slice(&acc[..dv]);
     }
 }
 
@@ -406,20 +530,25 @@ mod tests {
             .collect()
     }
 
-    /// The tiled path against the per-head one on random caches: F16 with odd head sizes and
-    /// Q8_0, GQA ratios 1 to 3, contexts shorter and longer than a block of cells, causal rows
-    /// with a sliding window and cells of another sequence left out, soft-capping.
+    /// The tiled path, on every instruction-set tier this CPU has, against the scalar per-head
+    /// reference, bit for bit, on random caches: F16 with odd head sizes (and dk != dv) and Q8_0,
+    /// GQA ratios 1 to 8, contexts from one cell to several blocks, causal rows with a sliding
+    /// window and cells of another sequence left out, soft-capping; tiles of 1 to 8 rows.
     #[test]
     fn tiles_match_per_head_attention() {
         let mut seed = 7;
         let cases = [
-            (GgmlType::F16, 40, 24, 6, 6, 0.0),
-            (GgmlType::F16, 40, 40, 6, 3, 0.0),
-            (GgmlType::F16, 72, 72, 6, 2, 30.0),
-            (GgmlType::Q8_0, 64, 64, 4, 2, 0.0),
+            (GgmlType::F16, 40, 24, 6, 6, 0.0, &[1usize, 5, 70][..]),
+            (GgmlType::F16, 40, 40, 6, 3, 0.0, &[150, 600][..]),
+            (GgmlType::F16, 72, 72, 6, 2, 30.0, &[1, 70, 150][..]),
+            (GgmlType::F16, 80, 80, 8, 1, 0.0, &[5, 130][..]),
+            (GgmlType::F16, 64, 64, 32, 4, 0.0, &[1, 200][..]),
+            (GgmlType::F16, 256, 256, 4, 1, 0.0, &[3, 100][..]),
+            (GgmlType::Q8_0, 64, 64, 4, 2, 0.0, &[1, 5, 70, 150][..]),
+            (GgmlType::Q8_0, 128, 128, 7, 1, 50.0, &[90][..]),
         ];
-        for (ty, dk, dv, nh, nkv, softcap) in cases {
-            for n_cells in [1usize, 5, 70, 150] {
+        for (ty, dk, dv, nh, nkv, softcap, contexts) in cases {
+            for &n_cells in contexts {
                 for window in [None, Some(40usize)] {
                     let k_row = ty.row_bytes((nkv * dk) as u64).unwrap() as usize;
                     let v_row = ty.row_bytes((nkv * dv) as u64).unwrap() as usize;
@@ -477,46 +606,107 @@ mod tests {
                             &mut want[r * nh * dv..(r + 1) * nh * dv],
                         );
                     }
-                    let mut got = vec![0f32; n_rows * nh * dv];
-                    let mut scratch = TileScratch::default();
-                    for r0 in (0..n_rows).step_by(TILE_ROWS) {
-                        let r1 = (r0 + TILE_ROWS).min(n_rows);
-                        let q: Vec<&[f32]> = qs[r0..r1].iter().map(|v| v.as_slice()).collect();
-                        let cells: Vec<&[u32]> = visible[r0..r1].iter().map(|v| v.as_slice()).collect();
-                        for kvh in 0..nkv {
-                            let mut outs: Vec<(usize, usize, Vec<f32>)> = Vec::new();
-                            let mut bufs: Vec<Vec<f32>> = vec![vec![0f32; dv]; (r1 - r0) * nh];
-                            let mut slots: Vec<Option<&mut Vec<f32>>> = bufs.iter_mut().map(Some).collect();
-                            let g = nh / nkv;
-                            attend_tile(
-                                &q,
-                                kv,
-                                &cells,
-                                &shape,
-                                kvh * g..(kvh + 1) * g,
-                                &mut scratch,
-                                |r, h| slots[r * nh + h].take().expect("each output once").as_mut_slice(),
-                            );
-                            for (i, b) in bufs.into_iter().enumerate() {
-                                let (r, h) = (i / nh, i % nh);
-                                if h / (nh / nkv) == kvh {
-                                    outs.push((r, h, b));
-                                }
-                            }
-                            for (r, h, b) in outs {
-                                let at = (r0 + r) * nh * dv + h * dv;
-                                got[at..at + dv].copy_from_slice(&b);
+                    for isa in Isa::supported() {
+                        for tile_rows in [TILE_ROWS, 3, 1] {
+                            let got = tiled(isa, &qs, kv, &visible, &shape, tile_rows);
+                            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    a.to_bits() == b.to_bits(),
+                                    "{isa} tiles of {tile_rows}: {ty:?} dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
+                                );
                             }
                         }
-                    }
-                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            a == b,
-                            "{ty:?} dk {dk} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
-                        );
                     }
                 }
             }
         }
+    }
+
+    /// All rows' outputs through tiles of `tile_rows` rows x each KV head's query heads.
+    fn tiled(
+        isa: Isa,
+        qs: &[Vec<f32>],
+        kv: KvView,
+        visible: &[Vec<u32>],
+        shape: &AttnShape,
+        tile_rows: usize,
+    ) -> Vec<f32> {
+        let (nh, dv) = (shape.n_head, shape.head_dim_v);
+        let g = nh / shape.n_kv_head;
+        let n_rows = qs.len();
+        let mut got = vec![0f32; n_rows * nh * dv];
+        let mut scratch = TileScratch::default();
+        for r0 in (0..n_rows).step_by(tile_rows) {
+            let r1 = (r0 + tile_rows).min(n_rows);
+            let q: Vec<&[f32]> = qs[r0..r1].iter().map(|v| v.as_slice()).collect();
+            let cells: Vec<&[u32]> = visible[r0..r1].iter().map(|v| v.as_slice()).collect();
+            for kvh in 0..shape.n_kv_head {
+                let block = &mut got[r0 * nh * dv..r1 * nh * dv];
+                let mut slots: Vec<Option<&mut [f32]>> = block.chunks_exact_mut(dv).map(Some).collect();
+                attend_tile_isa(
+                    isa,
+                    &q,
+                    kv,
+                    &cells,
+                    shape,
+                    kvh * g..(kvh + 1) * g,
+                    &mut scratch,
+                    |r, h| slots[r * nh + h].take().expect("each output once"),
+                );
+            }
+        }
+        got
+    }
+
+    /// A decode step (one row, tiles of one query head or of a KV head's group) gives the bits of
+    /// the same row in a batch, on a long context.
+    #[test]
+    fn decode_matches_batch_rows() {
+        let mut seed = 11;
+        let (ty, dk, nh, nkv, n_cells) = (GgmlType::F16, 64, 8, 2, 700);
+        let row = ty.row_bytes((nkv * dk) as u64).unwrap() as usize;
+        let mut kb = vec![0u8; n_cells * row];
+        let mut vb = vec![0u8; n_cells * row];
+        quantize_row(ty, &random(n_cells * nkv * dk, &mut seed), &mut kb);
+        quantize_row(ty, &random(n_cells * nkv * dk, &mut seed), &mut vb);
+        let kv = KvView { ty, k: &kb, v: &vb };
+        let shape = AttnShape {
+            n_head: nh,
+            n_kv_head: nkv,
+            head_dim_k: dk,
+            head_dim_v: dk,
+            kq_scale: 0.125,
+            softcap: 0.0,
+        };
+        let visible: Vec<Vec<u32>> = (n_cells - 8..n_cells).map(|t| (0..=t as u32).collect()).collect();
+        let qs: Vec<Vec<f32>> = visible.iter().map(|_| random(nh * dk, &mut seed)).collect();
+        let isa = Isa::active();
+        let batch = tiled(isa, &qs, kv, &visible, &shape, TILE_ROWS);
+        let mut scratch = TileScratch::default();
+        for (r, (q, cells)) in qs.iter().zip(&visible).enumerate() {
+            let mut out = vec![0f32; nh * dk];
+            for h in 0..nh {
+                let mut slot = Some(&mut out[h * dk..(h + 1) * dk]);
+                attend_tile_isa(isa, &[q], kv, &[cells], &shape, h..h + 1, &mut scratch, |_, _| {
+                    slot.take().expect("one output")
+                });
+            }
+            assert_eq!(out, batch[r * nh * dk..(r + 1) * nh * dk], "row {r}");
+        }
+    }
+
+    #[test]
+    fn exp_neg_is_close_to_exp() {
+        let mut x = 0f32;
+        while x > -90.0 {
+            let (a, b) = (crate::kernels::attn::exp_neg(x), x.exp());
+            assert!(
+                (a - b).abs() <= 4.0 * f32::EPSILON * b || x < -87.0,
+                "{x}: {a} vs {b}"
+            );
+            x -= 0.0137;
+        }
+        assert_eq!(crate::kernels::attn::exp_neg(0.0), 1.0);
+        assert_eq!(crate::kernels::attn::exp_neg(f32::NEG_INFINITY), 0.0);
     }
 }

@@ -48,11 +48,6 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     kernels::quantize_act(isa(), ty, src, dst)
 }
 
-/// The dot product of one row of type `ty` with an activation row in `vec_dot_type(ty)`.
-pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
-    kernels::vec_dot(isa(), ty, n, w, a)
-}
-
 /// Converts one row of type `ty` to f32.
 ///
 /// # Panics

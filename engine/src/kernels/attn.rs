@@ -1,0 +1,571 @@
+//! Kernels of the attention step over a block of KV cells, with the queries of a tile in SIMD
+//! lanes: scores as an f32 micro-GEMM (queries x cells), the softmax statistics and weights with a
+//! vectorized exp, and the weighted sum of the value rows.
+//!
+//! Every tier performs, per query and per output value, the same IEEE operations in the same order
+//! as the scalar code here (each score is a chain of fused multiply-adds over the head dimension in
+//! index order; each output value a chain of fused multiply-adds over the cells in ascending order;
+//! [`exp_neg`] is a polynomial of fused multiply-adds), so the tiers give the same bits, and a
+//! query gives the same bits whatever tile it is evaluated in.
+//!
+//! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` a multiple of [`LANES`],
+//! padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key / value rows of the
+//! block's cells (`dvp` a multiple of [`LANES`]); `s[c * nqp + i]` the scores or weights.
+
+#![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+use super::Isa;
+
+/// Queries are padded to a multiple of this many lanes (one AVX-512 vector, two AVX2 ones).
+pub const LANES: usize = 16;
+
+const MIN_X: f32 = -87.0;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+// Taylor coefficients of e^r, r in [-ln2/2, ln2/2] (degree 7: < 1e-8 relative truncation).
+const C: [f32; 8] = [
+    1.0,
+    1.0,
+    0.5,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+];
+
+/// e^x for x <= 0 (the softmax only takes exponents of differences to a maximum), 0 below -87 and
+/// for -inf or NaN. Within about 2 ulp of `f32::exp`; the SIMD tiers compute the same bits.
+#[inline]
+pub fn exp_neg(x: f32) -> f32 {
+    // (`!(x >= MIN_X)` is true for NaN as well.)
+    if x.partial_cmp(&MIN_X).is_none_or(|o| o.is_lt()) {
+        return 0.0;
+    }
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    let mut p = C[7];
+    for &c in C[..7].iter().rev() {
+        p = p.mul_add(r, c);
+    }
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
+/// `d` order from 0).
+pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize, s: &mut [f32]) {
+    assert!(
+        nqp.is_multiple_of(LANES) && s.len() >= nc * nqp,
+        "attn: score block layout"
+    );
+    assert!(qt.len() >= dk * nqp && k.len() >= nc * dk, "attn: scores sizes");
+    match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::scores_avx512(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::scores_avx2(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
+        _ => {
+            for c in 0..nc {
+                let kr = &k[c * dk..(c + 1) * dk];
+                for i in 0..nqp {
+                    let mut acc = 0f32;
+                    for (d, &kv) in kr.iter().enumerate() {
+                        acc = qt[d * nqp + i].mul_add(kv, acc);
+                    }
+                    s[c * nqp + i] = acc;
+                }
+            }
+        }
+    }
+}
+
+/// One block's update of the online softmax statistics of each query lane: with `mb` the block's
+/// maximum and `m' = max(m, mb)`, `l = l * e^(m - m') + sum_c e^(s_c - m')` (the sum in cell order)
+/// and `m = m'`; lanes whose `m'` is -inf (nothing visible yet) keep their values.
+pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l: &mut [f32]) {
+    assert!(nqp.is_multiple_of(LANES) && s.len() >= nc * nqp && m.len() >= nqp && l.len() >= nqp);
+    match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::stats_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
+        _ => {
+            for i in 0..nqp {
+                let mb = (0..nc).fold(f32::NEG_INFINITY, |a, c| a.max(s[c * nqp + i]));
+                let mn = m[i].max(mb);
+                if mn == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut sum = 0f32;
+                for c in 0..nc {
+                    sum += exp_neg(s[c * nqp + i] - mn);
+                }
+                l[i] = l[i] * exp_neg(m[i] - mn) + sum;
+                m[i] = mn;
+            }
+        }
+    }
+}
+
+/// Softmax weights in place: `s = e^(s - m) * inv` per lane, rounded to f16 (and back) when
+/// `round_f16` (as llama.cpp weights an F16 value cache).
+pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], inv: &[f32], round_f16: bool) {
+    assert!(nqp.is_multiple_of(LANES) && s.len() >= nc * nqp && m.len() >= nqp && inv.len() >= nqp);
+    match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            x86::weights_avx2(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
+        },
+        _ => {
+            for row in s[..nc * nqp].chunks_exact_mut(nqp) {
+                for (i, x) in row.iter_mut().enumerate() {
+                    *x = weight(*x, m[i], inv[i], round_f16);
+                }
+            }
+        }
+    }
+}
+
+/// The softmax weight of one score (what [`weights`] computes per lane).
+#[inline]
+pub fn weight(s: f32, m: f32, inv: f32, round_f16: bool) -> f32 {
+    let p = exp_neg(s - m) * inv;
+    if round_f16 {
+        half::f16::from_f32(p).to_f32()
+    } else {
+        p
+    }
+}
+
+/// `acc[i * dvp + e] += p[c * nqp + i] * v[c * dvp + e]` for the first `nq` queries, over the `nc`
+/// cells in ascending order (fused multiply-adds), skipping zero weights.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_values(
+    isa: Isa,
+    p: &[f32],
+    nqp: usize,
+    nq: usize,
+    v: &[f32],
+    dvp: usize,
+    nc: usize,
+    acc: &mut [f32],
+) {
+    assert!(nqp.is_multiple_of(LANES) && dvp.is_multiple_of(LANES) && nq <= nqp);
+    assert!(p.len() >= nc * nqp && v.len() >= nc * dvp && acc.len() >= nq * dvp);
+    match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            x86::values_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::values_avx2(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr()) },
+        _ => {
+            for (i, a) in acc[..nq * dvp].chunks_exact_mut(dvp).enumerate() {
+                for c in 0..nc {
+                    let w = p[c * nqp + i];
+                    if w != 0.0 {
+                        for (x, &y) in a.iter_mut().zip(&v[c * dvp..(c + 1) * dvp]) {
+                            *x = w.mul_add(y, *x);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Converts a row of little-endian f16 values to f32 (exact on every tier).
+pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
+    assert!(src.len() >= 2 * dst.len(), "attn: f16 row too short");
+    let n = dst.len();
+    let done = match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx2 => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), n) },
+        _ => 0,
+    };
+    for (d, b) in dst[done..].iter_mut().zip(src[2 * done..].chunks_exact(2)) {
+        *d = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{C, LN2_HI, LN2_LO, LOG2E, MAGIC, MIN_X};
+
+    // ----- AVX-512: one vector of 16 query lanes.
+
+    #[inline(always)]
+    unsafe fn exp512(x: __m512) -> __m512 {
+        let ok = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(MIN_X));
+        let t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _mm512_set1_ps(MAGIC));
+        let n = _mm512_sub_ps(t, _mm512_set1_ps(MAGIC));
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+        let mut p = _mm512_set1_ps(C[7]);
+        for k in (0..7).rev() {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C[k]));
+        }
+        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
+        _mm512_maskz_mov_ps(ok, _mm512_mul_ps(p, _mm512_castsi512_ps(e)))
+    }
+
+    #[inline(always)]
+    unsafe fn scores512<const Q: usize, const CC: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        s: *mut f32,
+        j: usize,
+        c: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); CC]; Q];
+        for d in 0..dk {
+            let mut q = [_mm512_setzero_ps(); Q];
+            for a in 0..Q {
+                q[a] = _mm512_loadu_ps(qt.add(d * nqp + j + 16 * a));
+            }
+            for b in 0..CC {
+                let kv = _mm512_set1_ps(*k.add((c + b) * dk + d));
+                for a in 0..Q {
+                    acc[a][b] = _mm512_fmadd_ps(q[a], kv, acc[a][b]);
+                }
+            }
+        }
+        for a in 0..Q {
+            for b in 0..CC {
+                _mm512_storeu_ps(s.add((c + b) * nqp + j + 16 * a), acc[a][b]);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scores512_q<const Q: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+        j: usize,
+    ) {
+        let mut c = 0;
+        while c + 4 <= nc {
+            scores512::<Q, 4>(qt, nqp, k, dk, s, j, c);
+            c += 4;
+        }
+        while c < nc {
+            scores512::<Q, 1>(qt, nqp, k, dk, s, j, c);
+            c += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores_avx512(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+    ) {
+        let mut j = 0;
+        while j < nqp {
+            match (nqp - j) / 16 {
+                1 => scores512_q::<1>(qt, nqp, k, dk, nc, s, j),
+                2 => scores512_q::<2>(qt, nqp, k, dk, nc, s, j),
+                3 => scores512_q::<3>(qt, nqp, k, dk, nc, s, j),
+                _ => scores512_q::<4>(qt, nqp, k, dk, nc, s, j),
+            }
+            j += ((nqp - j) / 16).min(4) * 16;
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn stats_avx512(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
+        for j in (0..nqp).step_by(16) {
+            let mut mb = _mm512_set1_ps(f32::NEG_INFINITY);
+            for c in 0..nc {
+                mb = _mm512_max_ps(mb, _mm512_loadu_ps(s.add(c * nqp + j)));
+            }
+            let m0 = _mm512_loadu_ps(m.add(j));
+            let mn = _mm512_max_ps(m0, mb);
+            let mut sum = _mm512_setzero_ps();
+            for c in 0..nc {
+                sum = _mm512_add_ps(
+                    sum,
+                    exp512(_mm512_sub_ps(_mm512_loadu_ps(s.add(c * nqp + j)), mn)),
+                );
+            }
+            let l0 = _mm512_loadu_ps(l.add(j));
+            let ln = _mm512_add_ps(_mm512_mul_ps(l0, exp512(_mm512_sub_ps(m0, mn))), sum);
+            let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(mn, _mm512_set1_ps(f32::NEG_INFINITY));
+            _mm512_storeu_ps(l.add(j), _mm512_mask_mov_ps(l0, live, ln));
+            _mm512_storeu_ps(m.add(j), _mm512_mask_mov_ps(m0, live, mn));
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn weights_avx512(
+        s: *mut f32,
+        nqp: usize,
+        nc: usize,
+        m: *const f32,
+        inv: *const f32,
+        round_f16: bool,
+    ) {
+        for j in (0..nqp).step_by(16) {
+            let (mv, iv) = (_mm512_loadu_ps(m.add(j)), _mm512_loadu_ps(inv.add(j)));
+            for c in 0..nc {
+                let p = s.add(c * nqp + j);
+                let mut w = _mm512_mul_ps(exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mv)), iv);
+                if round_f16 {
+                    w = _mm512_cvtph_ps(
+                        _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(w),
+                    );
+                }
+                _mm512_storeu_ps(p, w);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values512<const E: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+        e0: usize,
+    ) {
+        let mut a = [_mm512_setzero_ps(); E];
+        for x in 0..E {
+            a[x] = _mm512_loadu_ps(acc.add(e0 + 16 * x));
+        }
+        for c in 0..nc {
+            let w = *p.add(c * nqp + i);
+            if w != 0.0 {
+                let wv = _mm512_set1_ps(w);
+                for x in 0..E {
+                    a[x] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(v.add(c * dvp + e0 + 16 * x)), a[x]);
+                }
+            }
+        }
+        for x in 0..E {
+            _mm512_storeu_ps(acc.add(e0 + 16 * x), a[x]);
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn values_avx512(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        for i in 0..nq {
+            let a = acc.add(i * dvp);
+            let mut e0 = 0;
+            while e0 < dvp {
+                match (dvp - e0) / 16 {
+                    1 => values512::<1>(p, nqp, i, v, dvp, nc, a, e0),
+                    2 => values512::<2>(p, nqp, i, v, dvp, nc, a, e0),
+                    3 => values512::<3>(p, nqp, i, v, dvp, nc, a, e0),
+                    _ => values512::<4>(p, nqp, i, v, dvp, nc, a, e0),
+                }
+                e0 += ((dvp - e0) / 16).min(4) * 16;
+            }
+        }
+    }
+
+    // ----- AVX2: vectors of 8 query lanes.
+
+    #[inline(always)]
+    unsafe fn exp256(x: __m256) -> __m256 {
+        let ok = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(MIN_X));
+        let t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _mm256_set1_ps(MAGIC));
+        let n = _mm256_sub_ps(t, _mm256_set1_ps(MAGIC));
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut p = _mm256_set1_ps(C[7]);
+        for k in (0..7).rev() {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C[k]));
+        }
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+        _mm256_and_ps(ok, _mm256_mul_ps(p, _mm256_castsi256_ps(e)))
+    }
+
+    #[inline(always)]
+    unsafe fn scores256<const Q: usize, const CC: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        s: *mut f32,
+        j: usize,
+        c: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); CC]; Q];
+        for d in 0..dk {
+            let mut q = [_mm256_setzero_ps(); Q];
+            for a in 0..Q {
+                q[a] = _mm256_loadu_ps(qt.add(d * nqp + j + 8 * a));
+            }
+            for b in 0..CC {
+                let kv = _mm256_set1_ps(*k.add((c + b) * dk + d));
+                for a in 0..Q {
+                    acc[a][b] = _mm256_fmadd_ps(q[a], kv, acc[a][b]);
+                }
+            }
+        }
+        for a in 0..Q {
+            for b in 0..CC {
+                _mm256_storeu_ps(s.add((c + b) * nqp + j + 8 * a), acc[a][b]);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores_avx2(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
+        for j in (0..nqp).step_by(16) {
+            let mut c = 0;
+            while c + 4 <= nc {
+                scores256::<2, 4>(qt, nqp, k, dk, s, j, c);
+                c += 4;
+            }
+            while c < nc {
+                scores256::<2, 1>(qt, nqp, k, dk, s, j, c);
+                c += 1;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn stats_avx2(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
+        for j in (0..nqp).step_by(8) {
+            let mut mb = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in 0..nc {
+                mb = _mm256_max_ps(mb, _mm256_loadu_ps(s.add(c * nqp + j)));
+            }
+            let m0 = _mm256_loadu_ps(m.add(j));
+            let mn = _mm256_max_ps(m0, mb);
+            let mut sum = _mm256_setzero_ps();
+            for c in 0..nc {
+                sum = _mm256_add_ps(
+                    sum,
+                    exp256(_mm256_sub_ps(_mm256_loadu_ps(s.add(c * nqp + j)), mn)),
+                );
+            }
+            let l0 = _mm256_loadu_ps(l.add(j));
+            let ln = _mm256_add_ps(_mm256_mul_ps(l0, exp256(_mm256_sub_ps(m0, mn))), sum);
+            let live = _mm256_cmp_ps::<_CMP_NEQ_OQ>(mn, _mm256_set1_ps(f32::NEG_INFINITY));
+            _mm256_storeu_ps(l.add(j), _mm256_blendv_ps(l0, ln, live));
+            _mm256_storeu_ps(m.add(j), _mm256_blendv_ps(m0, mn, live));
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn weights_avx2(
+        s: *mut f32,
+        nqp: usize,
+        nc: usize,
+        m: *const f32,
+        inv: *const f32,
+        round_f16: bool,
+    ) {
+        for j in (0..nqp).step_by(8) {
+            let (mv, iv) = (_mm256_loadu_ps(m.add(j)), _mm256_loadu_ps(inv.add(j)));
+            for c in 0..nc {
+                let p = s.add(c * nqp + j);
+                let mut w = _mm256_mul_ps(exp256(_mm256_sub_ps(_mm256_loadu_ps(p), mv)), iv);
+                if round_f16 {
+                    w = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(w));
+                }
+                _mm256_storeu_ps(p, w);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values256<const E: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+        e0: usize,
+    ) {
+        let mut a = [_mm256_setzero_ps(); E];
+        for x in 0..E {
+            a[x] = _mm256_loadu_ps(acc.add(e0 + 8 * x));
+        }
+        for c in 0..nc {
+            let w = *p.add(c * nqp + i);
+            if w != 0.0 {
+                let wv = _mm256_set1_ps(w);
+                for x in 0..E {
+                    a[x] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v.add(c * dvp + e0 + 8 * x)), a[x]);
+                }
+            }
+        }
+        for x in 0..E {
+            _mm256_storeu_ps(acc.add(e0 + 8 * x), a[x]);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn values_avx2(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        for i in 0..nq {
+            let a = acc.add(i * dvp);
+            let mut e0 = 0;
+            while e0 < dvp {
+                match (dvp - e0) / 8 {
+                    2 | 3 => values256::<2>(p, nqp, i, v, dvp, nc, a, e0),
+                    _ => values256::<4>(p, nqp, i, v, dvp, nc, a, e0),
+                }
+                e0 += if (dvp - e0) / 8 >= 4 { 32 } else { 16 };
+            }
+        }
+    }
+
+    /// Converts the first multiple of 8 of `n` f16 values; returns how many it converted.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_row(src: *const u8, dst: *mut f32, n: usize) -> usize {
+        let n8 = n / 8 * 8;
+        for i in (0..n8).step_by(8) {
+            let h = _mm_loadu_si128(src.add(2 * i) as *const __m128i);
+            _mm256_storeu_ps(dst.add(i), _mm256_cvtph_ps(h));
+        }
+        n8
+    }
+}
