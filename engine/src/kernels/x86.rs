@@ -1485,12 +1485,14 @@ unsafe fn packed_body512<T: Pk512>(
     }
 }
 
-/// The 16 rows of one packed group against tokens `tokens`: `out[t * os + r]`, `r < 16`.
+/// The 16 rows of one packed group against tokens `tokens`: `out[t * os + r]`, `r < 16`
+/// (`_gstride` only gives it [`packed_pair_avx512`]'s signature).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
 pub(super) unsafe fn packed_avx512(
     ty: GgmlType,
     g: &PkArgs,
     group: *const u8,
+    _gstride: usize,
     tokens: std::ops::Range<usize>,
     out: *mut f32,
     os: usize,
@@ -1503,7 +1505,7 @@ pub(super) unsafe fn packed_avx512(
         // outgrows L1 and measured slower; decode uses the split-nibble dot.
         GgmlType::Q4_K if tokens.len() < UNPACK_MIN_TOKENS => {
             for t in tokens {
-                sb_tile::<PkQ4K, 1, false>(g, group, t, out, os);
+                sb_tile::<PkQ4K, 1, false>(g, group, 0..g.n_tiles, t, out, os);
             }
         }
         GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
@@ -1657,6 +1659,7 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
 unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
     g: &PkArgs,
     src: *const u8,
+    tiles: std::ops::Range<usize>,
     t0: usize,
     out: *mut f32,
     os: usize,
@@ -1665,9 +1668,18 @@ unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    let mut accf = [_mm512_setzero_ps(); C];
-    for tile in 0..g.n_tiles {
-        let tp = src.add(tile * if UNPACKED { T::UNPACKED } else { T::TILE });
+    // A later chunk of tiles goes on from the sums stored by the earlier ones: the same float
+    // steps in the same order as one pass over all tiles.
+    let mut accf: [__m512; C] = std::array::from_fn(|c| {
+        if tiles.start == 0 {
+            _mm512_setzero_ps()
+        } else {
+            _mm512_loadu_ps(out.add((t0 + c) * os))
+        }
+    });
+    let first = tiles.start;
+    for tile in tiles {
+        let tp = src.add((tile - first) * if UNPACKED { T::UNPACKED } else { T::TILE });
         let st = if UNPACKED { None } else { Some(T::state(tp)) };
         let mut accs = [_mm512_setzero_ps(); C];
         for j in 0..T::SUBS {
@@ -1728,6 +1740,153 @@ unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
     }
 }
 
+/// `R` groups' unpacked tiles `tiles` (group `r`'s at `src + r * stride`) against `C` tokens
+/// from `t0`; group `r`'s rows go to `out + 16 r`. Each activation load feeds the `R` groups;
+/// per token and row the integer and float steps are [`sb_tile`]'s, in its order, so results
+/// are the same bits.
+#[inline(always)]
+unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
+    g: &PkArgs,
+    src: *const u8,
+    stride: usize,
+    tiles: std::ops::Range<usize>,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let n_sub = g.side.n_sub;
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let mut accf: [[__m512; C]; R] = std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            if tiles.start == 0 {
+                _mm512_setzero_ps()
+            } else {
+                _mm512_loadu_ps(out.add((t0 + c) * os + 16 * r))
+            }
+        })
+    });
+    let first = tiles.start;
+    for tile in tiles {
+        let tp = src.add((tile - first) * T::UNPACKED);
+        let mut accs = [[_mm512_setzero_ps(); C]; R];
+        for j in 0..T::SUBS {
+            let js = tile * T::SUBS + j;
+            let qo = *qoff.add(js) as usize;
+            let init: [__m512i; C] = std::array::from_fn(|c| {
+                if T::OFF {
+                    _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js))
+                } else {
+                    _mm512_setzero_si512()
+                }
+            });
+            let mut acci = [init; R];
+            for k in 0..T::STEPS {
+                let w: [__m512i; R] =
+                    std::array::from_fn(|r| ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k))));
+                for c in 0..C {
+                    let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
+                    for r in 0..R {
+                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r], a);
+                    }
+                }
+            }
+            for r in 0..R {
+                let s = _mm512_loadu_ps(tp.add(r * stride + 64 * j) as *const f32);
+                for c in 0..C {
+                    if T::DEFER_D {
+                        accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), s, accs[r][c]);
+                    } else {
+                        let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
+                        accf[r][c] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), _mm512_mul_ps(s, d), accf[r][c]);
+                    }
+                }
+                if T::MIN {
+                    let m = _mm512_loadu_ps(tp.add(r * stride + 64 * (T::SUBS + j)) as *const f32);
+                    for c in 0..C {
+                        accf[r][c] =
+                            _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js)), accf[r][c]);
+                    }
+                }
+            }
+        }
+        if T::DEFER_D {
+            for c in 0..C {
+                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+                for r in 0..R {
+                    accf[r][c] = _mm512_fmadd_ps(accs[r][c], d, accf[r][c]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for c in 0..C {
+            _mm512_storeu_ps(out.add((t0 + c) * os + 16 * r), accf[r][c]);
+        }
+    }
+}
+
+/// Two groups (`group` and `group + gstride`) against a batch: [`sb_body`] with each
+/// activation load shared by 32 rows.
+#[inline(always)]
+unsafe fn sb_body_pair<T: SbType>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
+    let stride = chunk * T::UNPACKED;
+    let src = UNPACKED_GROUP.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.resize(2 * stride, 0);
+        buf.as_mut_ptr()
+    });
+    let mut s0 = 0;
+    while s0 < g.n_tiles {
+        let tiles = s0..(s0 + chunk).min(g.n_tiles);
+        sb_unpack::<T>(group.add(s0 * T::TILE), tiles.len(), src);
+        sb_unpack::<T>(group.add(gstride + s0 * T::TILE), tiles.len(), src.add(stride));
+        let mut t = tokens.start;
+        while t + 4 <= tokens.end {
+            sb_tile_rows::<T, 2, 4>(g, src, stride, tiles.clone(), t, out, os);
+            t += 4;
+        }
+        while t < tokens.end {
+            sb_tile_rows::<T, 2, 1>(g, src, stride, tiles.clone(), t, out, os);
+            t += 1;
+        }
+        s0 = tiles.end;
+    }
+}
+
+/// Two packed groups, `group` and `group + gstride` (rows to `out` and `out + 16`), against
+/// tokens `tokens` (the same signature as [`packed_avx512`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+pub(super) unsafe fn packed_pair_avx512(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    match ty {
+        GgmlType::Q6_K if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os)
+        }
+        _ => {
+            packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
+            packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
+        }
+    }
+}
+
 thread_local! {
     /// Each thread's unpacked group (reused across calls).
     static UNPACKED_GROUP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -1735,6 +1894,11 @@ thread_local! {
 
 /// Tokens from which unpacking a group first pays (it costs about one token's pass).
 const UNPACK_MIN_TOKENS: usize = 4;
+
+/// Bytes of one group's unpacked tiles a batch works on at a time: two groups' chunks and the
+/// activations of those tiles for a tile of tokens stay in L1 (48 KiB here) while every tile of
+/// tokens reads them.
+const UNPACK_CHUNK_BYTES: usize = 16 * 1024;
 
 #[inline(always)]
 unsafe fn sb_body<T: SbType>(
@@ -1746,29 +1910,35 @@ unsafe fn sb_body<T: SbType>(
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
         for t in tokens {
-            sb_tile::<T, 1, false>(g, group, t, out, os);
+            sb_tile::<T, 1, false>(g, group, 0..g.n_tiles, t, out, os);
         }
         return;
     }
+    let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
     // The closure only lends the buffer out: code inside a closure would not get this
     // function's target features. Nothing else touches the thread's buffer until we return.
     let src = UNPACKED_GROUP.with(|cell| {
         let mut buf = cell.borrow_mut();
-        buf.resize(g.n_tiles * T::UNPACKED, 0);
+        buf.resize(chunk * T::UNPACKED, 0);
         buf.as_mut_ptr()
     });
-    sb_unpack::<T>(group, g.n_tiles, src);
-    let mut t = tokens.start;
-    while t + 8 <= tokens.end {
-        sb_tile::<T, 8, true>(g, src, t, out, os);
-        t += 8;
-    }
-    if t + 4 <= tokens.end {
-        sb_tile::<T, 4, true>(g, src, t, out, os);
-        t += 4;
-    }
-    while t < tokens.end {
-        sb_tile::<T, 1, true>(g, src, t, out, os);
-        t += 1;
+    let mut s0 = 0;
+    while s0 < g.n_tiles {
+        let tiles = s0..(s0 + chunk).min(g.n_tiles);
+        sb_unpack::<T>(group.add(s0 * T::TILE), tiles.len(), src);
+        let mut t = tokens.start;
+        while t + 8 <= tokens.end {
+            sb_tile::<T, 8, true>(g, src, tiles.clone(), t, out, os);
+            t += 8;
+        }
+        if t + 4 <= tokens.end {
+            sb_tile::<T, 4, true>(g, src, tiles.clone(), t, out, os);
+            t += 4;
+        }
+        while t < tokens.end {
+            sb_tile::<T, 1, true>(g, src, tiles.clone(), t, out, os);
+            t += 1;
+        }
+        s0 = tiles.end;
     }
 }
