@@ -16,6 +16,7 @@
 // Kernels index several parallel arrays (rows x accumulators x scales) with one loop variable.
 #![allow(clippy::needless_range_loop)]
 
+pub mod act;
 pub mod attn;
 mod blocks;
 pub mod gemm;

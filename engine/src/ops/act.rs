@@ -5,6 +5,9 @@ use std::sync::OnceLock;
 
 use half::f16;
 
+use crate::kernels::act::GELU_TABLE_LEN;
+use crate::kernels::{self, Isa};
+
 /// `gate[i] = silu(gate[i]) * up[i]` (llama.cpp's `swiglu`).
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
@@ -15,10 +18,7 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 
 /// `gate[i] = gelu(gate[i]) * up[i]` (llama.cpp's `geglu`, with ggml's f16-table GELU).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = gelu(*g) * u;
-    }
+    kernels::act::geglu(Isa::active(), gelu_table(), gate, up);
 }
 
 pub fn silu(x: f32) -> f32 {
@@ -28,21 +28,17 @@ pub fn silu(x: f32) -> f32 {
 /// ggml's `ggml_vec_gelu_f32` with `GGML_GELU_FP16`: exact outside (-10, 10), else the tanh
 /// approximation evaluated at `f16(x)` and stored as f16.
 pub fn gelu(x: f32) -> f32 {
-    if x <= -10.0 {
-        0.0
-    } else if x >= 10.0 {
-        x
-    } else {
-        let t = gelu_table()[f16::from_f32(x).to_bits() as usize];
-        f16::from_bits(t).to_f32()
-    }
+    kernels::act::gelu(x, gelu_table())
 }
 
 fn gelu_table() -> &'static [u16] {
     static TABLE: OnceLock<Vec<u16>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits())
+        (0..GELU_TABLE_LEN)
+            .map(|i| {
+                let bits = i as u16; // the padding entry repeats entry 0
+                f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits()
+            })
             .collect()
     })
 }
