@@ -344,8 +344,11 @@ mod x86 {
         }
     }
 
+    /// Queries `i..i + Q` x values `e0..e0 + 16 * E`: each cell's value vectors are loaded once
+    /// for the `Q` queries (a cell's weights are next to each other in `p`). Per query and value,
+    /// the same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
     #[inline(always)]
-    unsafe fn values512<const E: usize>(
+    unsafe fn values512<const Q: usize, const E: usize>(
         p: *const f32,
         nqp: usize,
         i: usize,
@@ -355,21 +358,59 @@ mod x86 {
         acc: *mut f32,
         e0: usize,
     ) {
-        let mut a = [_mm512_setzero_ps(); E];
-        for x in 0..E {
-            a[x] = _mm512_loadu_ps(acc.add(e0 + 16 * x));
+        let mut a = [[_mm512_setzero_ps(); E]; Q];
+        for q in 0..Q {
+            for x in 0..E {
+                a[q][x] = _mm512_loadu_ps(acc.add((i + q) * dvp + e0 + 16 * x));
+            }
         }
         for c in 0..nc {
-            let w = *p.add(c * nqp + i);
-            if w != 0.0 {
-                let wv = _mm512_set1_ps(w);
-                for x in 0..E {
-                    a[x] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(v.add(c * dvp + e0 + 16 * x)), a[x]);
+            let w = p.add(c * nqp + i);
+            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
+            if live == 0 {
+                continue;
+            }
+            let mut vv = [_mm512_setzero_ps(); E];
+            for x in 0..E {
+                vv[x] = _mm512_loadu_ps(v.add(c * dvp + e0 + 16 * x));
+            }
+            for q in 0..Q {
+                if live >> q & 1 != 0 {
+                    let wv = _mm512_set1_ps(*w.add(q));
+                    for x in 0..E {
+                        a[q][x] = _mm512_fmadd_ps(wv, vv[x], a[q][x]);
+                    }
                 }
             }
         }
-        for x in 0..E {
-            _mm512_storeu_ps(acc.add(e0 + 16 * x), a[x]);
+        for q in 0..Q {
+            for x in 0..E {
+                _mm512_storeu_ps(acc.add((i + q) * dvp + e0 + 16 * x), a[q][x]);
+            }
+        }
+    }
+
+    /// Queries `i..i + Q` over all values, in chunks of up to 4 vectors.
+    #[inline(always)]
+    unsafe fn values512_rows<const Q: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        let mut e0 = 0;
+        while e0 < dvp {
+            let e = ((dvp - e0) / 16).min(4);
+            match e {
+                1 => values512::<Q, 1>(p, nqp, i, v, dvp, nc, acc, e0),
+                2 => values512::<Q, 2>(p, nqp, i, v, dvp, nc, acc, e0),
+                3 => values512::<Q, 3>(p, nqp, i, v, dvp, nc, acc, e0),
+                _ => values512::<Q, 4>(p, nqp, i, v, dvp, nc, acc, e0),
+            }
+            e0 += e * 16;
         }
     }
 
@@ -383,18 +424,14 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        for i in 0..nq {
-            let a = acc.add(i * dvp);
-            let mut e0 = 0;
-            while e0 < dvp {
-                match (dvp - e0) / 16 {
-                    1 => values512::<1>(p, nqp, i, v, dvp, nc, a, e0),
-                    2 => values512::<2>(p, nqp, i, v, dvp, nc, a, e0),
-                    3 => values512::<3>(p, nqp, i, v, dvp, nc, a, e0),
-                    _ => values512::<4>(p, nqp, i, v, dvp, nc, a, e0),
-                }
-                e0 += ((dvp - e0) / 16).min(4) * 16;
-            }
+        let mut i = 0;
+        while i + 4 <= nq {
+            values512_rows::<4>(p, nqp, i, v, dvp, nc, acc);
+            i += 4;
+        }
+        while i < nq {
+            values512_rows::<1>(p, nqp, i, v, dvp, nc, acc);
+            i += 1;
         }
     }
 
@@ -506,8 +543,9 @@ mod x86 {
         }
     }
 
+    /// Queries `i..i + Q` x values `e0..e0 + 8 * E`, as [`values512`].
     #[inline(always)]
-    unsafe fn values256<const E: usize>(
+    unsafe fn values256<const Q: usize, const E: usize>(
         p: *const f32,
         nqp: usize,
         i: usize,
@@ -517,21 +555,58 @@ mod x86 {
         acc: *mut f32,
         e0: usize,
     ) {
-        let mut a = [_mm256_setzero_ps(); E];
-        for x in 0..E {
-            a[x] = _mm256_loadu_ps(acc.add(e0 + 8 * x));
+        let mut a = [[_mm256_setzero_ps(); E]; Q];
+        for q in 0..Q {
+            for x in 0..E {
+                a[q][x] = _mm256_loadu_ps(acc.add((i + q) * dvp + e0 + 8 * x));
+            }
         }
         for c in 0..nc {
-            let w = *p.add(c * nqp + i);
-            if w != 0.0 {
-                let wv = _mm256_set1_ps(w);
-                for x in 0..E {
-                    a[x] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v.add(c * dvp + e0 + 8 * x)), a[x]);
+            let w = p.add(c * nqp + i);
+            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
+            if live == 0 {
+                continue;
+            }
+            let mut vv = [_mm256_setzero_ps(); E];
+            for x in 0..E {
+                vv[x] = _mm256_loadu_ps(v.add(c * dvp + e0 + 8 * x));
+            }
+            for q in 0..Q {
+                if live >> q & 1 != 0 {
+                    let wv = _mm256_set1_ps(*w.add(q));
+                    for x in 0..E {
+                        a[q][x] = _mm256_fmadd_ps(wv, vv[x], a[q][x]);
+                    }
                 }
             }
         }
-        for x in 0..E {
-            _mm256_storeu_ps(acc.add(e0 + 8 * x), a[x]);
+        for q in 0..Q {
+            for x in 0..E {
+                _mm256_storeu_ps(acc.add((i + q) * dvp + e0 + 8 * x), a[q][x]);
+            }
+        }
+    }
+
+    /// Queries `i..i + Q` over all values (`dvp` is a multiple of 16: chunks of 4 or 2 vectors).
+    #[inline(always)]
+    unsafe fn values256_rows<const Q: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        let mut e0 = 0;
+        while e0 < dvp {
+            if (dvp - e0) / 8 >= 4 {
+                values256::<Q, 4>(p, nqp, i, v, dvp, nc, acc, e0);
+                e0 += 32;
+            } else {
+                values256::<Q, 2>(p, nqp, i, v, dvp, nc, acc, e0);
+                e0 += 16;
+            }
         }
     }
 
@@ -545,16 +620,13 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        for i in 0..nq {
-            let a = acc.add(i * dvp);
-            let mut e0 = 0;
-            while e0 < dvp {
-                match (dvp - e0) / 8 {
-                    2 | 3 => values256::<2>(p, nqp, i, v, dvp, nc, a, e0),
-                    _ => values256::<4>(p, nqp, i, v, dvp, nc, a, e0),
-                }
-                e0 += if (dvp - e0) / 8 >= 4 { 32 } else { 16 };
-            }
+        let mut i = 0;
+        while i + 2 <= nq {
+            values256_rows::<2>(p, nqp, i, v, dvp, nc, acc);
+            i += 2;
+        }
+        if i < nq {
+            values256_rows::<1>(p, nqp, i, v, dvp, nc, acc);
         }
     }
 
