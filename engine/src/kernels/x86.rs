@@ -1530,7 +1530,7 @@ pub(super) unsafe fn packed_avx512(
         // outgrows L1 and measured slower; decode uses the split-nibble dot.
         GgmlType::Q4_K if tokens.len() < UNPACK_MIN_TOKENS => {
             for t in tokens {
-                sb_tile::<PkQ4K, 1, false>(g, group, 0..g.n_tiles, t, out, os);
+                sb_tile::<PkQ4K, 1>(g, group, t, out, os);
             }
         }
         GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
@@ -1678,13 +1678,13 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
     }
 }
 
-/// The 16 rows of a group against `C` tokens from `t0`: from the packed tiles (`src` is the
-/// group) or, with `UNPACKED`, from a buffer written by [`sb_unpack`].
+/// The 16 rows of a group against `C` tokens from `t0`, from the packed tiles (`src` is the
+/// group): decode and batches too short to unpack for. Per token and row the integer and float
+/// steps are [`sb_tile_rows`]'s, in its order, so both paths give the same bits.
 #[inline(always)]
-unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
+unsafe fn sb_tile<T: SbType, const C: usize>(
     g: &PkArgs,
     src: *const u8,
-    tiles: std::ops::Range<usize>,
     t0: usize,
     out: *mut f32,
     os: usize,
@@ -1693,22 +1693,11 @@ unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    // A later chunk of tiles goes on from the sums stored by the earlier ones: the same float
-    // steps in the same order as one pass over all tiles.
-    let mut accf: [__m512; C] = std::array::from_fn(|c| {
-        if tiles.start == 0 {
-            _mm512_setzero_ps()
-        } else {
-            _mm512_loadu_ps(out.add((t0 + c) * os))
-        }
-    });
-    let first = tiles.start;
-    for tile in tiles {
-        let tp = src.add((tile - first) * if UNPACKED { T::UNPACKED } else { T::TILE });
-        if !UNPACKED {
-            prefetch_ahead::<C>(tp, T::TILE);
-        }
-        let st = if UNPACKED { None } else { Some(T::state(tp)) };
+    let mut accf = [_mm512_setzero_ps(); C];
+    for tile in 0..g.n_tiles {
+        let tp = src.add(tile * T::TILE);
+        prefetch_ahead::<C>(tp, T::TILE);
+        let st = T::state(tp);
         let mut accs = [_mm512_setzero_ps(); C];
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
@@ -1720,27 +1709,10 @@ unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
                     _mm512_setzero_si512()
                 }
             });
-            let (s, m) = if let Some(st) = &st {
-                for c in 0..C {
-                    acci[c] = T::dot_packed(tp, j, arow[c].add(qo), acci[c]);
-                }
-                (T::scale(st, tp, j), T::min(st, tp, j))
-            } else {
-                let wp = tp.add(T::VALS + 64 * T::STEPS * j);
-                for k in 0..T::STEPS {
-                    let w = ld512(wp.add(64 * k));
-                    for c in 0..C {
-                        let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
-                        acci[c] = _mm512_dpbusd_epi32(acci[c], w, _mm512_set1_epi32(a));
-                    }
-                }
-                let m = if T::MIN {
-                    _mm512_loadu_ps(tp.add(64 * (T::SUBS + j)) as *const f32)
-                } else {
-                    _mm512_setzero_ps()
-                };
-                (_mm512_loadu_ps(tp.add(64 * j) as *const f32), m)
-            };
+            for c in 0..C {
+                acci[c] = T::dot_packed(tp, j, arow[c].add(qo), acci[c]);
+            }
+            let (s, m) = (T::scale(&st, tp, j), T::min(&st, tp, j));
             for c in 0..C {
                 if T::DEFER_D {
                     accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
@@ -1769,9 +1741,9 @@ unsafe fn sb_tile<T: SbType, const C: usize, const UNPACKED: bool>(
 }
 
 /// `R` groups' unpacked tiles `tiles` (group `r`'s at `src + r * stride`) against `C` tokens
-/// from `t0`; group `r`'s rows go to `out + 16 r`. Each activation load feeds the `R` groups;
-/// per token and row the integer and float steps are [`sb_tile`]'s, in its order, so results
-/// are the same bits.
+/// from `t0`; group `r`'s rows go to `out + 16 r`. Each activation load feeds the `R` groups. A
+/// later chunk of tiles goes on from the sums stored by the earlier ones: the same float steps in
+/// the same order as one pass over all tiles.
 #[inline(always)]
 unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
     g: &PkArgs,
@@ -1938,7 +1910,7 @@ unsafe fn sb_body<T: SbType>(
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
         for t in tokens {
-            sb_tile::<T, 1, false>(g, group, 0..g.n_tiles, t, out, os);
+            sb_tile::<T, 1>(g, group, t, out, os);
         }
         return;
     }
@@ -1956,15 +1928,15 @@ unsafe fn sb_body<T: SbType>(
         sb_unpack::<T>(group.add(s0 * T::TILE), tiles.len(), src);
         let mut t = tokens.start;
         while t + 8 <= tokens.end {
-            sb_tile::<T, 8, true>(g, src, tiles.clone(), t, out, os);
+            sb_tile_rows::<T, 1, 8>(g, src, 0, tiles.clone(), t, out, os);
             t += 8;
         }
         if t + 4 <= tokens.end {
-            sb_tile::<T, 4, true>(g, src, tiles.clone(), t, out, os);
+            sb_tile_rows::<T, 1, 4>(g, src, 0, tiles.clone(), t, out, os);
             t += 4;
         }
         while t < tokens.end {
-            sb_tile::<T, 1, true>(g, src, tiles.clone(), t, out, os);
+            sb_tile_rows::<T, 1, 1>(g, src, 0, tiles.clone(), t, out, os);
             t += 1;
         }
         s0 = tiles.end;
