@@ -1,13 +1,18 @@
-//! GELU over a row by ggml's f16 table (`GGML_GELU_FP16`): the input rounded to f16 indexes a
-//! table of f16 results, exact (0 or x) outside (-10, 10). The SIMD tiers round with F16C, gather
-//! from the table and widen back, so every tier gives the scalar code's bits; they only replace
-//! a call per value into the `half` crate's conversions (in Gemma 3 prompts, a few percent of the
-//! time).
+//! The gated activations of the feed-forward networks over a row, with SIMD tiers that give the
+//! scalar code's bits.
+//!
+//! - GELU by ggml's f16 table (`GGML_GELU_FP16`): the input rounded to f16 indexes a table of f16
+//!   results, exact (0 or x) outside (-10, 10). The SIMD tiers round with F16C, gather from the
+//!   table and widen back; they replace a call per value into the `half` crate's conversions (in
+//!   Gemma 3 prompts, a few percent of the time).
+//! - SiLU from [`exp_neg`] of -|x| (a polynomial, as ggml's own SIMD SiLU is): a libm `expf` call
+//!   per value was ~2% of a SiLU model's prompt pass.
 
 #![allow(clippy::missing_safety_doc)]
 
 use half::f16;
 
+use super::exp::exp_neg;
 use super::Isa;
 
 /// Entries a GELU table has: one per f16 bit pattern, plus one so that a 32-bit gather at the
@@ -46,9 +51,37 @@ pub fn geglu(isa: Isa, table: &[u16], gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// SiLU, x·σ(x): `x / (1 + e^-x)` for x >= 0 and `x·e^x / (1 + e^x)` below, so that the
+/// exponent is never positive.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    let t = exp_neg(-x.abs());
+    let num = if x >= 0.0 { x } else { x * t };
+    num / (1.0 + t)
+}
+
+/// `gate[i] = silu(gate[i]) * up[i]` with the kernels of `isa` (which the CPU must support).
+pub fn swiglu(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    assert!(isa.is_supported(), "{isa} kernels on a CPU without them");
+    let done = match isa {
+        // SAFETY: the tier is supported, the lengths are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::swiglu_avx512(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::swiglu_avx2(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        _ => 0,
+    };
+    for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {
+        *g = silu(*g) * u;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    use crate::kernels::exp::x86::{exp256, exp512};
 
     const ROUND: i32 = _MM_FROUND_TO_NEAREST_INT;
 
@@ -89,6 +122,41 @@ mod x86 {
             let g = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
             let g = _mm256_blendv_ps(g, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi));
             let g = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, lo), g);
+            _mm256_storeu_ps(gate.add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.add(i))));
+            i += 8;
+        }
+        i
+    }
+
+    /// Whole vectors of 16; returns how many values it did.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn swiglu_avx512(gate: *mut f32, up: *const f32, n: usize) -> usize {
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let (zero, one) = (_mm512_setzero_ps(), _mm512_set1_ps(1.0));
+        let mut i = 0;
+        while i + 16 <= n {
+            let x = _mm512_loadu_ps(gate.add(i));
+            let neg_abs = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), sign));
+            let t = exp512(neg_abs);
+            let num = _mm512_mask_mov_ps(_mm512_mul_ps(x, t), _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, zero), x);
+            let g = _mm512_div_ps(num, _mm512_add_ps(one, t));
+            _mm512_storeu_ps(gate.add(i), _mm512_mul_ps(g, _mm512_loadu_ps(up.add(i))));
+            i += 16;
+        }
+        i
+    }
+
+    /// Whole vectors of 8; returns how many values it did.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn swiglu_avx2(gate: *mut f32, up: *const f32, n: usize) -> usize {
+        let sign = _mm256_set1_ps(-0.0);
+        let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_loadu_ps(gate.add(i));
+            let t = exp256(_mm256_or_ps(x, sign));
+            let num = _mm256_blendv_ps(_mm256_mul_ps(x, t), x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, zero));
+            let g = _mm256_div_ps(num, _mm256_add_ps(one, t));
             _mm256_storeu_ps(gate.add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.add(i))));
             i += 8;
         }
@@ -156,5 +224,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn swiglu_tiers_match_the_scalar_code_bitwise() {
+        let mut xs: Vec<f32> = (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            87.0,
+            -87.0,
+            88.0,
+            -88.0,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NAN,
+        ]);
+        let up: Vec<f32> = (0..xs.len()).map(|i| 0.25 + (i % 7) as f32 * 0.5).collect();
+        let mut want = xs.clone();
+        swiglu(Isa::Scalar, &mut want, &up);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+            for len in [xs.len(), 1, 7, 8, 15, 16, 17, 33] {
+                let mut got = xs[..len].to_vec();
+                swiglu(isa, &mut got, &up[..len]);
+                for (i, (a, b)) in got.iter().zip(&want[..len]).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                        "{isa} len {len}: x {} -> {a} vs {b}",
+                        xs[i]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn silu_is_close_to_libm() {
+        for b in 0..=u16::MAX {
+            let x = f16::from_bits(b).to_f32();
+            if !x.is_finite() {
+                continue;
+            }
+            let want = (f64::from(x) / (1.0 + (-f64::from(x)).exp())) as f32;
+            let got = silu(x);
+            assert!(
+                (got - want).abs() <= 4.0 * f32::EPSILON * want.abs()
+                    || (want.abs() < 1e-30 && got.abs() < 1e-30),
+                "{x}: {got} vs {want}"
+            );
+        }
+        assert_eq!(silu(0.0), 0.0);
+        assert!(silu(f32::NAN).is_nan());
     }
 }

@@ -5,7 +5,7 @@
 //! Every tier performs, per query and per output value, the same IEEE operations in the same order
 //! as the scalar code here (each score is a chain of fused multiply-adds over the head dimension in
 //! index order; each output value a chain of fused multiply-adds over the cells in ascending order;
-//! [`exp_neg`] is a polynomial of fused multiply-adds), so the tiers give the same bits, and a
+//! [`exp_neg`](super::exp::exp_neg) is a polynomial of fused multiply-adds), so the tiers give the same bits, and a
 //! query gives the same bits whatever tile it is evaluated in.
 //!
 //! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` a multiple of [`LANES`],
@@ -14,46 +14,11 @@
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
+use super::exp::exp_neg;
 use super::Isa;
 
 /// Queries are padded to a multiple of this many lanes (one AVX-512 vector, two AVX2 ones).
 pub const LANES: usize = 16;
-
-const MIN_X: f32 = -87.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-const LN2_HI: f32 = 0.693_145_75;
-const LN2_LO: f32 = 1.428_606_8e-6;
-// Taylor coefficients of e^r, r in [-ln2/2, ln2/2] (degree 7: < 1e-8 relative truncation).
-const C: [f32; 8] = [
-    1.0,
-    1.0,
-    0.5,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-    1.0 / 5040.0,
-];
-
-/// e^x for x <= 0 (the softmax only takes exponents of differences to a maximum), 0 below -87 and
-/// for -inf or NaN. Within about 2 ulp of `f32::exp`; the SIMD tiers compute the same bits.
-#[inline]
-pub fn exp_neg(x: f32) -> f32 {
-    // (`!(x >= MIN_X)` is true for NaN as well.)
-    if x.partial_cmp(&MIN_X).is_none_or(|o| o.is_lt()) {
-        return 0.0;
-    }
-    let t = x * LOG2E + MAGIC;
-    let n = t - MAGIC;
-    let r = n.mul_add(-LN2_HI, x);
-    let r = n.mul_add(-LN2_LO, r);
-    let mut p = C[7];
-    for &c in C[..7].iter().rev() {
-        p = p.mul_add(r, c);
-    }
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
 
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
 /// `d` order from 0).
@@ -205,24 +170,9 @@ pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{C, LN2_HI, LN2_LO, LOG2E, MAGIC, MIN_X};
+    use crate::kernels::exp::x86::{exp256, exp512};
 
     // ----- AVX-512: one vector of 16 query lanes.
-
-    #[inline(always)]
-    unsafe fn exp512(x: __m512) -> __m512 {
-        let ok = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(MIN_X));
-        let t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _mm512_set1_ps(MAGIC));
-        let n = _mm512_sub_ps(t, _mm512_set1_ps(MAGIC));
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-        let mut p = _mm512_set1_ps(C[7]);
-        for k in (0..7).rev() {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C[k]));
-        }
-        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
-        _mm512_maskz_mov_ps(ok, _mm512_mul_ps(p, _mm512_castsi512_ps(e)))
-    }
 
     #[inline(always)]
     unsafe fn scores512<const Q: usize, const CC: usize>(
@@ -436,21 +386,6 @@ mod x86 {
     }
 
     // ----- AVX2: vectors of 8 query lanes.
-
-    #[inline(always)]
-    unsafe fn exp256(x: __m256) -> __m256 {
-        let ok = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(MIN_X));
-        let t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _mm256_set1_ps(MAGIC));
-        let n = _mm256_sub_ps(t, _mm256_set1_ps(MAGIC));
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-        let mut p = _mm256_set1_ps(C[7]);
-        for k in (0..7).rev() {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C[k]));
-        }
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
-        _mm256_and_ps(ok, _mm256_mul_ps(p, _mm256_castsi256_ps(e)))
-    }
 
     #[inline(always)]
     unsafe fn scores256<const Q: usize, const CC: usize>(

@@ -19,6 +19,7 @@
 pub mod act;
 pub mod attn;
 mod blocks;
+pub mod exp;
 pub mod gemm;
 pub mod matmul;
 pub mod packed;

@@ -1,4 +1,5 @@
-//! Activation functions of the feed-forward networks, with ggml's numerics: SiLU in f32, and GELU
+//! Activation functions of the feed-forward networks, with ggml's numerics: SiLU in f32 with a
+//! polynomial exponential (as ggml's SIMD SiLU), and GELU
 //! (tanh approximation) looked up in a table indexed by the input rounded to f16, as ggml does.
 
 use std::sync::OnceLock;
@@ -10,10 +11,7 @@ use crate::kernels::{self, Isa};
 
 /// `gate[i] = silu(gate[i]) * up[i]` (llama.cpp's `swiglu`).
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = silu(*g) * u;
-    }
+    kernels::act::swiglu(Isa::active(), gate, up);
 }
 
 /// `gate[i] = gelu(gate[i]) * up[i]` (llama.cpp's `geglu`, with ggml's f16-table GELU).
@@ -21,8 +19,9 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
     kernels::act::geglu(Isa::active(), gelu_table(), gate, up);
 }
 
+/// SiLU as [`swiglu`] computes it (a polynomial e^x, within a few ulp of libm's).
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    kernels::act::silu(x)
 }
 
 /// ggml's `ggml_vec_gelu_f32` with `GGML_GELU_FP16`: exact outside (-10, 10), else the tanh
