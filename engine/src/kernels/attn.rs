@@ -172,10 +172,146 @@ mod x86 {
 
     use crate::kernels::exp::x86::{exp256, exp512};
 
-    // ----- AVX-512: one vector of 16 query lanes.
+    /// One tier's vector of f32 lanes, for the kernels below, which are written once for both
+    /// tiers: the same operations per lane, so both give the scalar code's bits.
+    trait Lanes: Copy {
+        const W: usize;
+        unsafe fn zero() -> Self;
+        unsafe fn splat(x: f32) -> Self;
+        unsafe fn load(p: *const f32) -> Self;
+        unsafe fn store(self, p: *mut f32);
+        /// `a * b + c`, fused.
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+        unsafe fn add(self, o: Self) -> Self;
+        unsafe fn sub(self, o: Self) -> Self;
+        unsafe fn mul(self, o: Self) -> Self;
+        unsafe fn max(self, o: Self) -> Self;
+        /// [`crate::kernels::exp::exp_neg`] per lane.
+        unsafe fn exp_neg(self) -> Self;
+        /// Rounded to f16 and back.
+        unsafe fn round_f16(self) -> Self;
+        /// `new` in the lanes where `m` is not -inf, `old` elsewhere.
+        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self;
+    }
 
+    #[derive(Clone, Copy)]
+    struct V512(__m512);
+    #[derive(Clone, Copy)]
+    struct V256(__m256);
+
+    impl Lanes for V512 {
+        const W: usize = 16;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            V512(_mm512_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            V512(_mm512_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            V512(_mm512_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm512_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            V512(_mm512_fmadd_ps(a.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(self, o: Self) -> Self {
+            V512(_mm512_add_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn sub(self, o: Self) -> Self {
+            V512(_mm512_sub_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(self, o: Self) -> Self {
+            V512(_mm512_mul_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn max(self, o: Self) -> Self {
+            V512(_mm512_max_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn exp_neg(self) -> Self {
+            V512(exp512(self.0))
+        }
+        #[inline(always)]
+        unsafe fn round_f16(self) -> Self {
+            V512(_mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(self.0)))
+        }
+        #[inline(always)]
+        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self {
+            let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(m.0, _mm512_set1_ps(f32::NEG_INFINITY));
+            V512(_mm512_mask_mov_ps(old.0, live, new.0))
+        }
+    }
+
+    impl Lanes for V256 {
+        const W: usize = 8;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            V256(_mm256_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            V256(_mm256_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            V256(_mm256_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm256_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            V256(_mm256_fmadd_ps(a.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(self, o: Self) -> Self {
+            V256(_mm256_add_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn sub(self, o: Self) -> Self {
+            V256(_mm256_sub_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(self, o: Self) -> Self {
+            V256(_mm256_mul_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn max(self, o: Self) -> Self {
+            V256(_mm256_max_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn exp_neg(self) -> Self {
+            V256(exp256(self.0))
+        }
+        #[inline(always)]
+        unsafe fn round_f16(self) -> Self {
+            V256(_mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                self.0,
+            )))
+        }
+        #[inline(always)]
+        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self {
+            let live = _mm256_cmp_ps::<_CMP_NEQ_OQ>(m.0, _mm256_set1_ps(f32::NEG_INFINITY));
+            V256(_mm256_blendv_ps(old.0, new.0, live))
+        }
+    }
+
+    /// Scores of query vectors `j..j + Q` (of `V::W` lanes) x cells `c..c + CC`.
     #[inline(always)]
-    unsafe fn scores512<const Q: usize, const CC: usize>(
+    unsafe fn scores_tile<V: Lanes, const Q: usize, const CC: usize>(
         qt: *const f32,
         nqp: usize,
         k: *const f32,
@@ -184,28 +320,25 @@ mod x86 {
         j: usize,
         c: usize,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); CC]; Q];
+        let mut acc = [[V::zero(); CC]; Q];
         for d in 0..dk {
-            let mut q = [_mm512_setzero_ps(); Q];
-            for a in 0..Q {
-                q[a] = _mm512_loadu_ps(qt.add(d * nqp + j + 16 * a));
-            }
+            let q: [V; Q] = std::array::from_fn(|a| V::load(qt.add(d * nqp + j + V::W * a)));
             for b in 0..CC {
-                let kv = _mm512_set1_ps(*k.add((c + b) * dk + d));
+                let kv = V::splat(*k.add((c + b) * dk + d));
                 for a in 0..Q {
-                    acc[a][b] = _mm512_fmadd_ps(q[a], kv, acc[a][b]);
+                    acc[a][b] = V::fmadd(q[a], kv, acc[a][b]);
                 }
             }
         }
         for a in 0..Q {
             for b in 0..CC {
-                _mm512_storeu_ps(s.add((c + b) * nqp + j + 16 * a), acc[a][b]);
+                acc[a][b].store(s.add((c + b) * nqp + j + V::W * a));
             }
         }
     }
 
     #[inline(always)]
-    unsafe fn scores512_q<const Q: usize>(
+    unsafe fn scores_q<V: Lanes, const Q: usize>(
         qt: *const f32,
         nqp: usize,
         k: *const f32,
@@ -216,14 +349,168 @@ mod x86 {
     ) {
         let mut c = 0;
         while c + 4 <= nc {
-            scores512::<Q, 4>(qt, nqp, k, dk, s, j, c);
+            scores_tile::<V, Q, 4>(qt, nqp, k, dk, s, j, c);
             c += 4;
         }
         while c < nc {
-            scores512::<Q, 1>(qt, nqp, k, dk, s, j, c);
+            scores_tile::<V, Q, 1>(qt, nqp, k, dk, s, j, c);
             c += 1;
         }
     }
+
+    /// Up to `QMAX` query vectors at a time (as many as the tier's registers hold with 4 cells).
+    #[inline(always)]
+    unsafe fn scores<V: Lanes, const QMAX: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+    ) {
+        let mut j = 0;
+        while j < nqp {
+            let q = ((nqp - j) / V::W).min(QMAX);
+            match q {
+                1 => scores_q::<V, 1>(qt, nqp, k, dk, nc, s, j),
+                2 => scores_q::<V, 2>(qt, nqp, k, dk, nc, s, j),
+                3 => scores_q::<V, 3>(qt, nqp, k, dk, nc, s, j),
+                _ => scores_q::<V, 4>(qt, nqp, k, dk, nc, s, j),
+            }
+            j += q * V::W;
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stats<V: Lanes>(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
+        for j in (0..nqp).step_by(V::W) {
+            let mut mb = V::splat(f32::NEG_INFINITY);
+            for c in 0..nc {
+                mb = mb.max(V::load(s.add(c * nqp + j)));
+            }
+            let m0 = V::load(m.add(j));
+            let mn = m0.max(mb);
+            let mut sum = V::zero();
+            for c in 0..nc {
+                sum = sum.add(V::load(s.add(c * nqp + j)).sub(mn).exp_neg());
+            }
+            let l0 = V::load(l.add(j));
+            let ln = l0.mul(m0.sub(mn).exp_neg()).add(sum);
+            V::where_live(mn, ln, l0).store(l.add(j));
+            V::where_live(mn, mn, m0).store(m.add(j));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn weights<V: Lanes>(
+        s: *mut f32,
+        nqp: usize,
+        nc: usize,
+        m: *const f32,
+        inv: *const f32,
+        round_f16: bool,
+    ) {
+        for j in (0..nqp).step_by(V::W) {
+            let (mv, iv) = (V::load(m.add(j)), V::load(inv.add(j)));
+            for c in 0..nc {
+                let p = s.add(c * nqp + j);
+                let mut w = V::load(p).sub(mv).exp_neg().mul(iv);
+                if round_f16 {
+                    w = w.round_f16();
+                }
+                w.store(p);
+            }
+        }
+    }
+
+    /// Queries `i..i + Q` x values `e0..e0 + V::W * E`: each cell's value vectors are loaded once
+    /// for the `Q` queries (a cell's weights are next to each other in `p`). Per query and value,
+    /// the same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
+    #[inline(always)]
+    unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+        e0: usize,
+    ) {
+        let mut a: [[V; E]; Q] =
+            std::array::from_fn(|q| std::array::from_fn(|x| V::load(acc.add((i + q) * dvp + e0 + V::W * x))));
+        for c in 0..nc {
+            let w = p.add(c * nqp + i);
+            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
+            if live == 0 {
+                continue;
+            }
+            let vv: [V; E] = std::array::from_fn(|x| V::load(v.add(c * dvp + e0 + V::W * x)));
+            for q in 0..Q {
+                if live >> q & 1 != 0 {
+                    let wv = V::splat(*w.add(q));
+                    for x in 0..E {
+                        a[q][x] = V::fmadd(wv, vv[x], a[q][x]);
+                    }
+                }
+            }
+        }
+        for q in 0..Q {
+            for x in 0..E {
+                a[q][x].store(acc.add((i + q) * dvp + e0 + V::W * x));
+            }
+        }
+    }
+
+    /// Queries `i..i + Q` over all values, in chunks of up to 4 vectors (`dvp` is a multiple of
+    /// 16, so AVX2 takes chunks of 4 or 2).
+    #[inline(always)]
+    unsafe fn values_rows<V: Lanes, const Q: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        let mut e0 = 0;
+        while e0 < dvp {
+            let e = ((dvp - e0) / V::W).min(4);
+            match e {
+                1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, nc, acc, e0),
+                2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, nc, acc, e0),
+                3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, nc, acc, e0),
+                _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, nc, acc, e0),
+            }
+            e0 += e * V::W;
+        }
+    }
+
+    /// `QV` queries share each cell's value loads (as many as the tier's registers hold).
+    #[inline(always)]
+    unsafe fn values<V: Lanes, const QV: usize>(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        let mut i = 0;
+        while i + QV <= nq {
+            values_rows::<V, QV>(p, nqp, i, v, dvp, nc, acc);
+            i += QV;
+        }
+        while i < nq {
+            values_rows::<V, 1>(p, nqp, i, v, dvp, nc, acc);
+            i += 1;
+        }
+    }
+
+    // The tiers' entry points: AVX-512 has 32 registers (4 query vectors in scores, 4 queries in
+    // values), AVX2 16 (2 and 2).
 
     #[target_feature(enable = "avx512f")]
     pub unsafe fn scores_avx512(
@@ -234,40 +521,12 @@ mod x86 {
         nc: usize,
         s: *mut f32,
     ) {
-        let mut j = 0;
-        while j < nqp {
-            match (nqp - j) / 16 {
-                1 => scores512_q::<1>(qt, nqp, k, dk, nc, s, j),
-                2 => scores512_q::<2>(qt, nqp, k, dk, nc, s, j),
-                3 => scores512_q::<3>(qt, nqp, k, dk, nc, s, j),
-                _ => scores512_q::<4>(qt, nqp, k, dk, nc, s, j),
-            }
-            j += ((nqp - j) / 16).min(4) * 16;
-        }
+        scores::<V512, 4>(qt, nqp, k, dk, nc, s)
     }
 
     #[target_feature(enable = "avx512f")]
     pub unsafe fn stats_avx512(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
-        for j in (0..nqp).step_by(16) {
-            let mut mb = _mm512_set1_ps(f32::NEG_INFINITY);
-            for c in 0..nc {
-                mb = _mm512_max_ps(mb, _mm512_loadu_ps(s.add(c * nqp + j)));
-            }
-            let m0 = _mm512_loadu_ps(m.add(j));
-            let mn = _mm512_max_ps(m0, mb);
-            let mut sum = _mm512_setzero_ps();
-            for c in 0..nc {
-                sum = _mm512_add_ps(
-                    sum,
-                    exp512(_mm512_sub_ps(_mm512_loadu_ps(s.add(c * nqp + j)), mn)),
-                );
-            }
-            let l0 = _mm512_loadu_ps(l.add(j));
-            let ln = _mm512_add_ps(_mm512_mul_ps(l0, exp512(_mm512_sub_ps(m0, mn))), sum);
-            let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(mn, _mm512_set1_ps(f32::NEG_INFINITY));
-            _mm512_storeu_ps(l.add(j), _mm512_mask_mov_ps(l0, live, ln));
-            _mm512_storeu_ps(m.add(j), _mm512_mask_mov_ps(m0, live, mn));
-        }
+        stats::<V512>(s, nqp, nc, m, l)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -279,89 +538,7 @@ mod x86 {
         inv: *const f32,
         round_f16: bool,
     ) {
-        for j in (0..nqp).step_by(16) {
-            let (mv, iv) = (_mm512_loadu_ps(m.add(j)), _mm512_loadu_ps(inv.add(j)));
-            for c in 0..nc {
-                let p = s.add(c * nqp + j);
-                let mut w = _mm512_mul_ps(exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mv)), iv);
-                if round_f16 {
-                    w = _mm512_cvtph_ps(
-                        _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(w),
-                    );
-                }
-                _mm512_storeu_ps(p, w);
-            }
-        }
-    }
-
-    /// Queries `i..i + Q` x values `e0..e0 + 16 * E`: each cell's value vectors are loaded once
-    /// for the `Q` queries (a cell's weights are next to each other in `p`). Per query and value,
-    /// the same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
-    #[inline(always)]
-    unsafe fn values512<const Q: usize, const E: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-        e0: usize,
-    ) {
-        let mut a = [[_mm512_setzero_ps(); E]; Q];
-        for q in 0..Q {
-            for x in 0..E {
-                a[q][x] = _mm512_loadu_ps(acc.add((i + q) * dvp + e0 + 16 * x));
-            }
-        }
-        for c in 0..nc {
-            let w = p.add(c * nqp + i);
-            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
-            if live == 0 {
-                continue;
-            }
-            let mut vv = [_mm512_setzero_ps(); E];
-            for x in 0..E {
-                vv[x] = _mm512_loadu_ps(v.add(c * dvp + e0 + 16 * x));
-            }
-            for q in 0..Q {
-                if live >> q & 1 != 0 {
-                    let wv = _mm512_set1_ps(*w.add(q));
-                    for x in 0..E {
-                        a[q][x] = _mm512_fmadd_ps(wv, vv[x], a[q][x]);
-                    }
-                }
-            }
-        }
-        for q in 0..Q {
-            for x in 0..E {
-                _mm512_storeu_ps(acc.add((i + q) * dvp + e0 + 16 * x), a[q][x]);
-            }
-        }
-    }
-
-    /// Queries `i..i + Q` over all values, in chunks of up to 4 vectors.
-    #[inline(always)]
-    unsafe fn values512_rows<const Q: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-    ) {
-        let mut e0 = 0;
-        while e0 < dvp {
-            let e = ((dvp - e0) / 16).min(4);
-            match e {
-                1 => values512::<Q, 1>(p, nqp, i, v, dvp, nc, acc, e0),
-                2 => values512::<Q, 2>(p, nqp, i, v, dvp, nc, acc, e0),
-                3 => values512::<Q, 3>(p, nqp, i, v, dvp, nc, acc, e0),
-                _ => values512::<Q, 4>(p, nqp, i, v, dvp, nc, acc, e0),
-            }
-            e0 += e * 16;
-        }
+        weights::<V512>(s, nqp, nc, m, inv, round_f16)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -374,86 +551,17 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        let mut i = 0;
-        while i + 4 <= nq {
-            values512_rows::<4>(p, nqp, i, v, dvp, nc, acc);
-            i += 4;
-        }
-        while i < nq {
-            values512_rows::<1>(p, nqp, i, v, dvp, nc, acc);
-            i += 1;
-        }
-    }
-
-    // ----- AVX2: vectors of 8 query lanes.
-
-    #[inline(always)]
-    unsafe fn scores256<const Q: usize, const CC: usize>(
-        qt: *const f32,
-        nqp: usize,
-        k: *const f32,
-        dk: usize,
-        s: *mut f32,
-        j: usize,
-        c: usize,
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); CC]; Q];
-        for d in 0..dk {
-            let mut q = [_mm256_setzero_ps(); Q];
-            for a in 0..Q {
-                q[a] = _mm256_loadu_ps(qt.add(d * nqp + j + 8 * a));
-            }
-            for b in 0..CC {
-                let kv = _mm256_set1_ps(*k.add((c + b) * dk + d));
-                for a in 0..Q {
-                    acc[a][b] = _mm256_fmadd_ps(q[a], kv, acc[a][b]);
-                }
-            }
-        }
-        for a in 0..Q {
-            for b in 0..CC {
-                _mm256_storeu_ps(s.add((c + b) * nqp + j + 8 * a), acc[a][b]);
-            }
-        }
+        values::<V512, 4>(p, nqp, nq, v, dvp, nc, acc)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores_avx2(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
-        for j in (0..nqp).step_by(16) {
-            let mut c = 0;
-            while c + 4 <= nc {
-                scores256::<2, 4>(qt, nqp, k, dk, s, j, c);
-                c += 4;
-            }
-            while c < nc {
-                scores256::<2, 1>(qt, nqp, k, dk, s, j, c);
-                c += 1;
-            }
-        }
+        scores::<V256, 2>(qt, nqp, k, dk, nc, s)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn stats_avx2(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
-        for j in (0..nqp).step_by(8) {
-            let mut mb = _mm256_set1_ps(f32::NEG_INFINITY);
-            for c in 0..nc {
-                mb = _mm256_max_ps(mb, _mm256_loadu_ps(s.add(c * nqp + j)));
-            }
-            let m0 = _mm256_loadu_ps(m.add(j));
-            let mn = _mm256_max_ps(m0, mb);
-            let mut sum = _mm256_setzero_ps();
-            for c in 0..nc {
-                sum = _mm256_add_ps(
-                    sum,
-                    exp256(_mm256_sub_ps(_mm256_loadu_ps(s.add(c * nqp + j)), mn)),
-                );
-            }
-            let l0 = _mm256_loadu_ps(l.add(j));
-            let ln = _mm256_add_ps(_mm256_mul_ps(l0, exp256(_mm256_sub_ps(m0, mn))), sum);
-            let live = _mm256_cmp_ps::<_CMP_NEQ_OQ>(mn, _mm256_set1_ps(f32::NEG_INFINITY));
-            _mm256_storeu_ps(l.add(j), _mm256_blendv_ps(l0, ln, live));
-            _mm256_storeu_ps(m.add(j), _mm256_blendv_ps(m0, mn, live));
-        }
+        stats::<V256>(s, nqp, nc, m, l)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -465,84 +573,7 @@ mod x86 {
         inv: *const f32,
         round_f16: bool,
     ) {
-        for j in (0..nqp).step_by(8) {
-            let (mv, iv) = (_mm256_loadu_ps(m.add(j)), _mm256_loadu_ps(inv.add(j)));
-            for c in 0..nc {
-                let p = s.add(c * nqp + j);
-                let mut w = _mm256_mul_ps(exp256(_mm256_sub_ps(_mm256_loadu_ps(p), mv)), iv);
-                if round_f16 {
-                    w = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(w));
-                }
-                _mm256_storeu_ps(p, w);
-            }
-        }
-    }
-
-    /// Queries `i..i + Q` x values `e0..e0 + 8 * E`, as [`values512`].
-    #[inline(always)]
-    unsafe fn values256<const Q: usize, const E: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-        e0: usize,
-    ) {
-        let mut a = [[_mm256_setzero_ps(); E]; Q];
-        for q in 0..Q {
-            for x in 0..E {
-                a[q][x] = _mm256_loadu_ps(acc.add((i + q) * dvp + e0 + 8 * x));
-            }
-        }
-        for c in 0..nc {
-            let w = p.add(c * nqp + i);
-            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
-            if live == 0 {
-                continue;
-            }
-            let mut vv = [_mm256_setzero_ps(); E];
-            for x in 0..E {
-                vv[x] = _mm256_loadu_ps(v.add(c * dvp + e0 + 8 * x));
-            }
-            for q in 0..Q {
-                if live >> q & 1 != 0 {
-                    let wv = _mm256_set1_ps(*w.add(q));
-                    for x in 0..E {
-                        a[q][x] = _mm256_fmadd_ps(wv, vv[x], a[q][x]);
-                    }
-                }
-            }
-        }
-        for q in 0..Q {
-            for x in 0..E {
-                _mm256_storeu_ps(acc.add((i + q) * dvp + e0 + 8 * x), a[q][x]);
-            }
-        }
-    }
-
-    /// Queries `i..i + Q` over all values (`dvp` is a multiple of 16: chunks of 4 or 2 vectors).
-    #[inline(always)]
-    unsafe fn values256_rows<const Q: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-    ) {
-        let mut e0 = 0;
-        while e0 < dvp {
-            if (dvp - e0) / 8 >= 4 {
-                values256::<Q, 4>(p, nqp, i, v, dvp, nc, acc, e0);
-                e0 += 32;
-            } else {
-                values256::<Q, 2>(p, nqp, i, v, dvp, nc, acc, e0);
-                e0 += 16;
-            }
-        }
+        weights::<V256>(s, nqp, nc, m, inv, round_f16)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -555,14 +586,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        let mut i = 0;
-        while i + 2 <= nq {
-            values256_rows::<2>(p, nqp, i, v, dvp, nc, acc);
-            i += 2;
-        }
-        if i < nq {
-            values256_rows::<1>(p, nqp, i, v, dvp, nc, acc);
-        }
+        values::<V256, 2>(p, nqp, nq, v, dvp, nc, acc)
     }
 
     /// Converts the first multiple of 8 of `n` f16 values; returns how many it converted.
