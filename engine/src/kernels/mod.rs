@@ -139,26 +139,10 @@ fn has_avx512bf16() -> bool {
     *BF16.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
 }
 
-/// Whether weights of type `ty` have kernels.
+/// Whether weights of type `ty` have kernels: the types `crate::quant`'s reference dot product
+/// (the scalar tier) handles, which every SIMD tier covers too.
 pub fn has_kernel(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16
-            | BF16
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q8_0
-            | Q2_K
-            | Q3_K
-            | Q4_K
-            | Q5_K
-            | Q6_K
-            | IQ4_NL
-            | IQ4_XS
-    )
+    crate::quant::can_vec_dot(ty)
 }
 
 /// The format activations are converted to before being dotted with weights of type `ty`
