@@ -13,9 +13,12 @@
 //! `d_t` the activation scale and `msum_t` the activation sum term of that sub-block. This is the
 //! same integer sum per sub-block as the reference, scaled in f32.
 
+use std::sync::Mutex;
+
 use super::blocks::IQ4NL_VALUES;
 use crate::quant::blocks::{q3_k_scales, scale_min_k4};
 use crate::quant::GgmlType;
+use crate::threads::ThreadPool;
 
 /// Weight rows per panel.
 pub const PANEL_ROWS: usize = 16;
@@ -258,8 +261,12 @@ pub struct ActSide {
 }
 
 /// Side data for `n_tokens` activation rows (of `row_bytes` each) in `act_ty` for weights of
-/// type `ty` with `n` elements per row, whose values the kernel sees plus `off`.
+/// type `ty` with `n` elements per row, whose values the kernel sees plus `off`. Tokens are
+/// spread over `pool`: made on one thread, this was 1-2% of a prompt pass, with the other
+/// threads waiting for it.
+#[allow(clippy::too_many_arguments)]
 pub fn act_side(
+    pool: &ThreadPool,
     ty: GgmlType,
     act_ty: GgmlType,
     n: usize,
@@ -270,44 +277,80 @@ pub fn act_side(
 ) -> ActSide {
     let e = expansion(ty).expect("type has an expansion");
     let n_sub = n / e.sub;
-    let mut s = ActSide {
-        d: Vec::with_capacity(n_sub * n_tokens),
-        osum: Vec::with_capacity(n_sub * n_tokens),
-        msum: Vec::with_capacity(if e.has_min { n_sub * n_tokens } else { 0 }),
-        qoff: Vec::with_capacity(n_sub),
-        n_sub,
-    };
-    for j in 0..n_sub {
-        let e0 = j * e.sub;
-        s.qoff.push(match act_ty {
-            GgmlType::Q8_0 => (e0 / 32 * 34 + 2 + e0 % 32) as u32,
-            GgmlType::Q8_1 => (e0 / 32 * 36 + 4 + e0 % 32) as u32,
-            _ => (e0 / 256 * 292 + 4 + e0 % 256) as u32,
+    let qoff: Vec<u32> = (0..n_sub)
+        .map(|j| {
+            let e0 = j * e.sub;
+            match act_ty {
+                GgmlType::Q8_0 => (e0 / 32 * 34 + 2 + e0 % 32) as u32,
+                GgmlType::Q8_1 => (e0 / 32 * 36 + 4 + e0 % 32) as u32,
+                _ => (e0 / 256 * 292 + 4 + e0 % 256) as u32,
+            }
+        })
+        .collect();
+    let n_min = if e.has_min { n_sub } else { 0 };
+    let mut d = vec![0f32; n_sub * n_tokens];
+    let mut osum = vec![0i32; n_sub * n_tokens];
+    let mut msum = vec![0f32; n_min * n_tokens];
+    {
+        // Each chunk of tokens fills its own slices (the locks are never contended).
+        const TOKENS: usize = 32;
+        type Part<'a> = (&'a mut [f32], &'a mut [i32], &'a mut [f32]);
+        let parts: Vec<Mutex<Part>> = d
+            .chunks_mut(n_sub * TOKENS)
+            .zip(osum.chunks_mut(n_sub * TOKENS))
+            .zip(
+                msum.chunks_mut((n_min * TOKENS).max(1))
+                    .chain(std::iter::repeat_with(|| &mut [][..])),
+            )
+            .map(|((d, o), m)| Mutex::new((d, o, m)))
+            .collect();
+        pool.for_each_chunk(parts.len(), 1, |chunks| {
+            for c in chunks {
+                let mut part = parts[c].lock().expect("a chunk of side data");
+                let (d, osum, msum) = &mut *part;
+                for (i, t) in (c * TOKENS..((c + 1) * TOKENS).min(n_tokens)).enumerate() {
+                    let row = &xq[t * row_bytes..(t + 1) * row_bytes];
+                    for j in 0..n_sub {
+                        let e0 = j * e.sub;
+                        let byte_sum = || {
+                            let q = &row[qoff[j] as usize..qoff[j] as usize + e.sub];
+                            q.iter().map(|&b| i32::from(b as i8)).sum::<i32>()
+                        };
+                        let (dj, sum, mj) = match act_ty {
+                            GgmlType::Q8_0 => (f16(row, e0 / 32 * 34), byte_sum(), 0.0),
+                            GgmlType::Q8_1 => {
+                                (f16(row, e0 / 32 * 36), byte_sum(), f16(row, e0 / 32 * 36 + 2))
+                            }
+                            _ => {
+                                // Q8_K: d (f32), 256 quants, then the i16 sum of each 16 of them
+                                // (K-quant sub-blocks are 16 or 32 values: one or two of these).
+                                let o = e0 / 256 * 292;
+                                let dk = f32::from_le_bytes([row[o], row[o + 1], row[o + 2], row[o + 3]]);
+                                let b0 = o + 260 + e0 % 256 / 16 * 2;
+                                let sum: i32 = row[b0..b0 + e.sub / 8]
+                                    .chunks_exact(2)
+                                    .map(|b| i32::from(i16::from_le_bytes([b[0], b[1]])))
+                                    .sum();
+                                (dk, sum, -(dk * sum as f32))
+                            }
+                        };
+                        d[i * n_sub + j] = dj;
+                        osum[i * n_sub + j] = -off * sum;
+                        if n_min > 0 {
+                            msum[i * n_sub + j] = mj;
+                        }
+                    }
+                }
+            }
         });
     }
-    for t in 0..n_tokens {
-        let row = &xq[t * row_bytes..(t + 1) * row_bytes];
-        for j in 0..n_sub {
-            let e0 = j * e.sub;
-            let q = &row[s.qoff[j] as usize..s.qoff[j] as usize + e.sub];
-            let sum: i32 = q.iter().map(|&b| i32::from(b as i8)).sum();
-            let (d, msum) = match act_ty {
-                GgmlType::Q8_0 => (f16(row, e0 / 32 * 34), 0.0),
-                GgmlType::Q8_1 => (f16(row, e0 / 32 * 36), f16(row, e0 / 32 * 36 + 2)),
-                _ => {
-                    let o = e0 / 256 * 292;
-                    let d = f32::from_le_bytes([row[o], row[o + 1], row[o + 2], row[o + 3]]);
-                    (d, -(d * sum as f32))
-                }
-            };
-            s.d.push(d);
-            s.osum.push(-off * sum);
-            if e.has_min {
-                s.msum.push(msum);
-            }
-        }
+    ActSide {
+        d,
+        osum,
+        msum,
+        qoff,
+        n_sub,
     }
-    s
 }
 
 /// The portable micro-kernel: `out[t * out_stride + r] = Σ` over the panel for tokens

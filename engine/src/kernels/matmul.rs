@@ -110,6 +110,7 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
         if p.w.packed_rows > 0 {
             let arb = row_bytes(vec_dot_type(p.w.ty), p.w.n);
             sides[i] = Some(gemm::act_side(
+                pool,
                 p.w.ty,
                 vec_dot_type(p.w.ty),
                 p.w.n,
@@ -242,7 +243,7 @@ fn gemm(
 ) {
     let e = gemm::expansion(w.ty).expect("checked by the caller");
     // AVX-512's panels hold values plus 128 (the other tiers ignore the offset sums).
-    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, 128);
+    let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, 128);
     let n_panels = range.len().div_ceil(PANEL_ROWS);
     let dst = Out(out.as_mut_ptr());
     let biased = isa == Isa::Avx512;
@@ -279,7 +280,7 @@ fn gemm(
 /// The packed groups: 16 rows at a time against all tokens.
 fn packed(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
     let off = super::packed::value_offset(w.ty);
-    let side = gemm::act_side(w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
+    let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
     let n_groups = w.packed_rows / PANEL_ROWS;
     let dst = Out(out.as_mut_ptr());
     let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;

@@ -248,3 +248,49 @@ fn isa_names_round_trip() {
     assert!(Isa::supported().contains(&Isa::Scalar));
     assert!(Isa::active().is_supported());
 }
+
+/// The side data's sub-block sums (taken from Q8_K's stored 16-value sums) are the sums of the
+/// quantized activations, for every sub-block size and offset, and every token's are in its place
+/// (71 tokens: chunks of 32 over two threads and a partial one).
+#[test]
+fn activation_side_sums_are_the_quant_sums() {
+    let mut rng = Rng::new(41);
+    for (ty, off) in [
+        (GgmlType::Q6_K, 32),
+        (GgmlType::Q4_K, 0),
+        (GgmlType::Q3_K, 0),
+        (GgmlType::Q4_0, 8),
+        (GgmlType::Q4_1, 0),
+    ] {
+        let at = vec_dot_type(ty);
+        let n = 512;
+        let n_tokens = 71;
+        let arb = row_bytes(at, n);
+        let xq: Vec<u8> = (0..n_tokens)
+            .flat_map(|_| random_act(&mut rng, ty, n).1)
+            .collect();
+        let pool = crate::threads::ThreadPool::new(2).unwrap();
+        let side = gemm::act_side(&pool, ty, at, n, &xq, arb, n_tokens, off);
+        let sub = n / side.n_sub;
+        for t in 0..n_tokens {
+            let row = &xq[t * arb..(t + 1) * arb];
+            for j in 0..side.n_sub {
+                let q0 = side.qoff[j] as usize;
+                let sum: i32 = row[q0..q0 + sub].iter().map(|&b| i32::from(b as i8)).sum();
+                assert_eq!(
+                    side.osum[t * side.n_sub + j],
+                    -off * sum,
+                    "{ty} token {t} sub-block {j}"
+                );
+                if at == GgmlType::Q8_K && !side.msum.is_empty() {
+                    let d = side.d[t * side.n_sub + j];
+                    assert_eq!(
+                        side.msum[t * side.n_sub + j],
+                        -(d * sum as f32),
+                        "{ty} token {t} sub-block {j}"
+                    );
+                }
+            }
+        }
+    }
+}
