@@ -1526,23 +1526,15 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
-        // Q4_K batches stay on the generic kernel: its unpacked group (bytes, not nibbles)
-        // outgrows L1 and measured slower; decode uses the split-nibble dot.
-        GgmlType::Q4_K if tokens.len() < UNPACK_MIN_TOKENS => {
-            for t in tokens {
-                sb_tile::<PkQ4K, 1>(g, group, t, out, os);
-            }
-        }
-        GgmlType::Q4_K => packed_body512::<PkQ4K>(g, group, tokens, out, os),
+        GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
         GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
 }
 
-// K-quants on the super-block kernel (Q6_K batches and decode, Q4_K decode; Q4_K batches use
-// `packed_body512`, see `packed_avx512`): with 16 rows per vector, the per-sub-block work (scale
-// conversion, the float multiply-adds, unpacking the values) costs as much as the dot products
-// themselves unless it is shared by many tokens. So (Q6_K) each sub-block's integer sum is
+// K-quants (Q4_K, Q6_K) on the super-block kernel: with 16 rows per vector, the per-sub-block
+// work (scale conversion, the float multiply-adds, unpacking the values) costs as much as the
+// dot products themselves unless it is shared by many tokens. So (Q6_K) each sub-block's integer sum is
 // scaled by the rows' f32 scales into a super-block sum, which the token's Q8_K scale (one per
 // super-block) multiplies once; offset sums start as a precomputed `-off · Σa` (a broadcast
 // load); and for a batch the group's values and f32 scales/mins are unpacked once into a per-thread buffer
@@ -1561,14 +1553,19 @@ trait SbType {
     const OFF: bool;
     /// Whether rows have a per-sub-block minimum.
     const MIN: bool;
-    /// Whether sub-block sums are gathered per super-block and multiplied by the token's scale
-    /// once. Q4_K multiplies per sub-block as its earlier kernel did, so its results (and the
-    /// real-model outputs tests pin down) stay bit for bit what they were.
-    const DEFER_D: bool;
+    /// Whether [`SbType::scale`] leaves out a per-row super-block scale ([`SbType::row_d`]):
+    /// then the sub-block sums times the small integer scales (exact in f32, like llama.cpp's
+    /// integer `Σ sc·sum`) are multiplied by `d_row · d_token` once per super-block.
+    const ROW_D: bool;
     type St;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
     unsafe fn min(st: &Self::St, t: *const u8, j: usize) -> __m512;
+    /// The rows' super-block scale left out of [`SbType::scale`] (with `ROW_D`).
+    #[inline(always)]
+    unsafe fn row_d(_st: &Self::St) -> __m512 {
+        _mm512_setzero_ps()
+    }
     /// Sub-block `j`'s values as `STEPS` 64-byte steps of unsigned bytes, in `w[..STEPS]`.
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
     /// The integer dot products of sub-block `j` with one token's quants `a`, from `acc`,
@@ -1585,9 +1582,11 @@ trait SbType {
         acc
     }
     /// Bytes of one unpacked tile: per sub-block the rows' f32 scales, then (with MIN) their
-    /// f32 mins, then the values as `STEPS` steps per sub-block.
-    const UNPACKED: usize = Self::SUBS * 64 * (1 + Self::MIN as usize) + Self::SUBS * Self::STEPS * 64;
-    const VALS: usize = Self::SUBS * 64 * (1 + Self::MIN as usize);
+    /// f32 mins, then (with ROW_D) the rows' f32 super-block scale, then the values as `STEPS`
+    /// steps per sub-block.
+    const UNPACKED: usize = Self::VALS + Self::SUBS * Self::STEPS * 64;
+    const ROW_D_AT: usize = Self::SUBS * 64 * (1 + Self::MIN as usize);
+    const VALS: usize = Self::ROW_D_AT + 64 * Self::ROW_D as usize;
 }
 
 impl SbType for PkQ6K {
@@ -1596,7 +1595,7 @@ impl SbType for PkQ6K {
     const STEPS: usize = 4;
     const OFF: bool = true;
     const MIN: bool = false;
-    const DEFER_D: bool = true;
+    const ROW_D: bool = false;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -1622,7 +1621,7 @@ impl SbType for PkQ4K {
     const STEPS: usize = 8;
     const OFF: bool = false;
     const MIN: bool = true;
-    const DEFER_D: bool = false;
+    const ROW_D: bool = true;
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
@@ -1630,7 +1629,11 @@ impl SbType for PkQ4K {
     }
     #[inline(always)]
     unsafe fn scale(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
-        <PkQ4K as Pk512>::scale(st, j)
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.sc[j]))
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &Q4KSt) -> __m512 {
+        st.d
     }
     #[inline(always)]
     unsafe fn min(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
@@ -1665,6 +1668,9 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
         let tp = group.add(tile * T::TILE);
         let bp = buf.add(tile * T::UNPACKED);
         let st = T::state(tp);
+        if T::ROW_D {
+            _mm512_storeu_ps(bp.add(T::ROW_D_AT) as *mut f32, T::row_d(&st));
+        }
         for j in 0..T::SUBS {
             _mm512_storeu_ps(bp.add(64 * j) as *mut f32, T::scale(&st, tp, j));
             if T::MIN {
@@ -1714,12 +1720,7 @@ unsafe fn sb_tile<T: SbType, const C: usize>(
             }
             let (s, m) = (T::scale(&st, tp, j), T::min(&st, tp, j));
             for c in 0..C {
-                if T::DEFER_D {
-                    accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
-                } else {
-                    let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
-                    accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
-                }
+                accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
             }
             if T::MIN {
                 for c in 0..C {
@@ -1727,12 +1728,12 @@ unsafe fn sb_tile<T: SbType, const C: usize>(
                 }
             }
         }
-        if T::DEFER_D {
-            // Q8_K has one scale per super-block: the same for all its sub-blocks.
-            for c in 0..C {
-                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
-                accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
-            }
+        // Q8_K has one scale per super-block: the same for all its sub-blocks.
+        let rd = T::row_d(&st);
+        for c in 0..C {
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+            let d = if T::ROW_D { _mm512_mul_ps(rd, d) } else { d };
+            accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
         }
     }
     for c in 0..C {
@@ -1795,13 +1796,7 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
             for r in 0..R {
                 let s = _mm512_loadu_ps(tp.add(r * stride + 64 * j) as *const f32);
                 for c in 0..C {
-                    if T::DEFER_D {
-                        accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), s, accs[r][c]);
-                    } else {
-                        let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
-                        accf[r][c] =
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), _mm512_mul_ps(s, d), accf[r][c]);
-                    }
+                    accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), s, accs[r][c]);
                 }
                 if T::MIN {
                     let m = _mm512_loadu_ps(tp.add(r * stride + 64 * (T::SUBS + j)) as *const f32);
@@ -1812,12 +1807,15 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
                 }
             }
         }
-        if T::DEFER_D {
-            for c in 0..C {
-                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
-                for r in 0..R {
-                    accf[r][c] = _mm512_fmadd_ps(accs[r][c], d, accf[r][c]);
-                }
+        for c in 0..C {
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+            for r in 0..R {
+                let d = if T::ROW_D {
+                    _mm512_mul_ps(_mm512_loadu_ps(tp.add(r * stride + T::ROW_D_AT) as *const f32), d)
+                } else {
+                    d
+                };
+                accf[r][c] = _mm512_fmadd_ps(accs[r][c], d, accf[r][c]);
             }
         }
     }
@@ -1879,6 +1877,9 @@ pub(super) unsafe fn packed_pair_avx512(
     match ty {
         GgmlType::Q6_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os)
+        }
+        GgmlType::Q4_K if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os)
         }
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
