@@ -1206,7 +1206,7 @@ pub(super) trait Pk512 {
     /// Values are stored plus `OFF`: integer sums start at `-OFF * Σa`.
     const OFF: i32;
     const MIN: bool;
-    type St;
+    type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, j: usize) -> __m512;
     unsafe fn min(_st: &Self::St, _j: usize) -> __m512 {
@@ -1318,6 +1318,7 @@ impl Pk512 for PkQ5_0 {
 }
 
 /// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
+#[derive(Clone, Copy)]
 pub(super) struct Q4KSt {
     d: __m512,
     dmin: __m512,
@@ -1424,14 +1425,82 @@ const PREFETCH_BYTES: usize = 4096;
 /// compute. Prefetches never fault, so running past the matrix is harmless; they change no
 /// arithmetic, so decode keeps the batch kernels' bits.
 #[inline(always)]
-unsafe fn prefetch_ahead<const C: usize>(p: *const u8, bytes: usize) {
-    if C == 1 {
-        let q = p.wrapping_add(PREFETCH_BYTES);
-        let mut off = 0;
-        while off < bytes {
-            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off) as *const i8);
-            off += 64;
+unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
+    let q = p.wrapping_add(PREFETCH_BYTES);
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// One token (decode) against `R` packed groups (group `r` at `group + r * gstride`, its rows
+/// to `out + 16 r`). Per group and block the float steps are [`packed_tile512`]'s, in its
+/// order; only the integer sum is split into two chains (even and odd steps) that are added at
+/// the end: the same integer, so decode keeps the batch kernels' bits. With one chain a block's
+/// `vpdpbusd`s wait on each other (~5 cycles each); two chains per group and `R` groups per
+/// activation broadcast give the core independent work while it waits for memory.
+#[inline(always)]
+unsafe fn packed_decode512<T: Pk512, const R: usize>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    t: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    const { assert!(T::SUB % 8 == 0, "steps go in pairs") };
+    let n_sub = g.side.n_sub;
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let mut accf = [_mm512_setzero_ps(); R];
+    let mut w = [[_mm512_setzero_si512(); 8]; R];
+    for tile in 0..g.n_tiles {
+        // Plain loops, not `array::from_fn`: a closure's body would not get this function's
+        // target features.
+        let tp: [*const u8; R] = std::array::from_fn(|r| group.add(r * gstride + tile * T::TILE));
+        let mut st = [T::state(tp[0]); R];
+        for r in 0..R {
+            prefetch_ahead(tp[r], T::TILE);
+            if r > 0 {
+                st[r] = T::state(tp[r]);
+            }
         }
+        for j in 0..T::SUBS {
+            let js = tile * T::SUBS + j;
+            for r in 0..R {
+                T::steps(tp[r], j, &mut w[r]);
+            }
+            let init = if T::OFF != 0 {
+                _mm512_set1_epi32(*so.add(t * n_sub + js))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let (mut even, mut odd) = ([init; R], [_mm512_setzero_si512(); R]);
+            let qo = *qoff.add(js) as usize;
+            for k in (0..T::SUB / 4).step_by(2) {
+                let a0 = _mm512_set1_epi32((arow.add(qo + 4 * k) as *const i32).read_unaligned());
+                let a1 = _mm512_set1_epi32((arow.add(qo + 4 * k + 4) as *const i32).read_unaligned());
+                for r in 0..R {
+                    even[r] = _mm512_dpbusd_epi32(even[r], w[r][k], a0);
+                    odd[r] = _mm512_dpbusd_epi32(odd[r], w[r][k + 1], a1);
+                }
+            }
+            let d = _mm512_set1_ps(*sd.add(t * n_sub + js));
+            for r in 0..R {
+                let acci = _mm512_add_epi32(even[r], odd[r]);
+                let s = T::scale(&st[r], j);
+                accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci), _mm512_mul_ps(s, d), accf[r]);
+                if T::MIN {
+                    let m = _mm512_set1_ps(*sm.add(t * n_sub + js));
+                    accf[r] = _mm512_fmadd_ps(T::min(&st[r], j), m, accf[r]);
+                }
+            }
+        }
+    }
+    for (r, acc) in accf.iter().enumerate() {
+        _mm512_storeu_ps(out.add(t * os + 16 * r), *acc);
     }
 }
 
@@ -1451,7 +1520,6 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
     let mut w = [_mm512_setzero_si512(); 8];
     for tile in 0..g.n_tiles {
         let tp = group.add(tile * T::TILE);
-        prefetch_ahead::<C>(tp, T::TILE);
         let st = T::state(tp);
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
@@ -1505,7 +1573,7 @@ unsafe fn packed_body512<T: Pk512>(
         t += 4;
     }
     while t < tokens.end {
-        packed_tile512::<T, 1>(g, group, t, out, os);
+        packed_decode512::<T, 1>(g, group, 0, t, out, os);
         t += 1;
     }
 }
@@ -1557,7 +1625,7 @@ trait SbType {
     /// then the sub-block sums times the small integer scales (exact in f32, like llama.cpp's
     /// integer `Σ sc·sum`) are multiplied by `d_row · d_token` once per super-block.
     const ROW_D: bool;
-    type St;
+    type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
     unsafe fn min(st: &Self::St, t: *const u8, j: usize) -> __m512;
@@ -1569,17 +1637,21 @@ trait SbType {
     /// Sub-block `j`'s values as `STEPS` 64-byte steps of unsigned bytes, in `w[..STEPS]`.
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
     /// The integer dot products of sub-block `j` with one token's quants `a`, from `acc`,
-    /// straight from the packed tile (decode).
+    /// straight from the packed tile (decode), as two chains (even and odd steps) added at the
+    /// end: the same integer in half the dependent `vpdpbusd` latency.
     #[inline(always)]
     unsafe fn dot_packed(t: *const u8, j: usize, a: *const u8, acc: __m512i) -> __m512i {
+        const { assert!(Self::STEPS % 2 == 0, "steps go in pairs") };
         let mut w = [_mm512_setzero_si512(); 8];
         Self::steps(t, j, &mut w);
-        let mut acc = acc;
-        for (k, w) in w.iter().enumerate().take(Self::STEPS) {
-            let av = _mm512_set1_epi32((a.add(4 * k) as *const i32).read_unaligned());
-            acc = _mm512_dpbusd_epi32(acc, *w, av);
+        let (mut even, mut odd) = (acc, _mm512_setzero_si512());
+        for k in (0..Self::STEPS).step_by(2) {
+            let a0 = _mm512_set1_epi32((a.add(4 * k) as *const i32).read_unaligned());
+            let a1 = _mm512_set1_epi32((a.add(4 * k + 4) as *const i32).read_unaligned());
+            even = _mm512_dpbusd_epi32(even, w[k], a0);
+            odd = _mm512_dpbusd_epi32(odd, w[k + 1], a1);
         }
-        acc
+        _mm512_add_epi32(even, odd)
     }
     /// Bytes of one unpacked tile: per sub-block the rows' f32 scales, then (with MIN) their
     /// f32 mins, then (with ROW_D) the rows' f32 super-block scale, then the values as `STEPS`
@@ -1643,20 +1715,23 @@ impl SbType for PkQ4K {
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
         <PkQ4K as Pk512>::steps(t, j, w)
     }
-    /// The high nibbles are dotted as `16·h` (masked, not shifted) into a sum of their own,
-    /// which halves the shifts and splits the dependency chain; the sum is the same integer.
+    /// The high nibbles are dotted as `16·h` (masked, not shifted) into sums of their own,
+    /// which halves the shifts; low and high sums each go in two chains (even and odd nibble
+    /// chunks), four independent chains of two. The sum is the same integer.
     #[inline(always)]
     unsafe fn dot_packed(t: *const u8, j: usize, a: *const u8, acc: __m512i) -> __m512i {
         let (m_lo, m_hi) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
-        let (mut lo, mut hi) = (acc, _mm512_setzero_si512());
+        let mut lo = [acc, _mm512_setzero_si512()];
+        let mut hi = [_mm512_setzero_si512(); 2];
         for c in 0..4 {
             let v = ld512(t.add(256 + 64 * (4 * j + c)));
             let a_lo = _mm512_set1_epi32((a.add(8 * c) as *const i32).read_unaligned());
             let a_hi = _mm512_set1_epi32((a.add(8 * c + 4) as *const i32).read_unaligned());
-            lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, m_lo), a_lo);
-            hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, m_hi), a_hi);
+            lo[c % 2] = _mm512_dpbusd_epi32(lo[c % 2], _mm512_and_si512(v, m_lo), a_lo);
+            hi[c % 2] = _mm512_dpbusd_epi32(hi[c % 2], _mm512_and_si512(v, m_hi), a_hi);
         }
-        _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4))
+        let hi = _mm512_add_epi32(hi[0], hi[1]);
+        _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_srai_epi32(hi, 4))
     }
 }
 
@@ -1684,60 +1759,70 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
     }
 }
 
-/// The 16 rows of a group against `C` tokens from `t0`, from the packed tiles (`src` is the
-/// group): decode and batches too short to unpack for. Per token and row the integer and float
-/// steps are [`sb_tile_rows`]'s, in its order, so both paths give the same bits.
+/// One token (decode) against `R` packed groups (group `r` at `src + r * gstride`, its rows to
+/// `out + 16 r`), from the packed tiles: decode and batches too short to unpack for. Per token
+/// and row the integer and float steps are [`sb_tile_rows`]'s, in its order (`dot_packed` only
+/// splits the integer sums), so both paths give the same bits; `R` groups share each
+/// activation load and give the core independent chains.
 #[inline(always)]
-unsafe fn sb_tile<T: SbType, const C: usize>(
+unsafe fn sb_decode<T: SbType, const R: usize>(
     g: &PkArgs,
     src: *const u8,
-    t0: usize,
+    gstride: usize,
+    t: usize,
     out: *mut f32,
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
-    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    let mut accf = [_mm512_setzero_ps(); C];
+    let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let mut accf = [_mm512_setzero_ps(); R];
     for tile in 0..g.n_tiles {
-        let tp = src.add(tile * T::TILE);
-        prefetch_ahead::<C>(tp, T::TILE);
-        let st = T::state(tp);
-        let mut accs = [_mm512_setzero_ps(); C];
+        // Plain loops, not `array::from_fn`: a closure's body would not get this function's
+        // target features.
+        let tp: [*const u8; R] = std::array::from_fn(|r| src.add(r * gstride + tile * T::TILE));
+        let mut st = [T::state(tp[0]); R];
+        for r in 0..R {
+            prefetch_ahead(tp[r], T::TILE);
+            if r > 0 {
+                st[r] = T::state(tp[r]);
+            }
+        }
+        let mut accs = [_mm512_setzero_ps(); R];
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
-            let mut acci: [__m512i; C] = std::array::from_fn(|c| {
-                if T::OFF {
-                    _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js))
-                } else {
-                    _mm512_setzero_si512()
-                }
-            });
-            for c in 0..C {
-                acci[c] = T::dot_packed(tp, j, arow[c].add(qo), acci[c]);
+            let init = if T::OFF {
+                _mm512_set1_epi32(*so.add(t * n_sub + js))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let mut acci = [init; R];
+            for r in 0..R {
+                acci[r] = T::dot_packed(tp[r], j, arow.add(qo), init);
             }
-            let (s, m) = (T::scale(&st, tp, j), T::min(&st, tp, j));
-            for c in 0..C {
-                accs[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), s, accs[c]);
-            }
-            if T::MIN {
-                for c in 0..C {
-                    accf[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js)), accf[c]);
+            for r in 0..R {
+                let (s, m) = (T::scale(&st[r], tp[r], j), T::min(&st[r], tp[r], j));
+                accs[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r]), s, accs[r]);
+                if T::MIN {
+                    accf[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add(t * n_sub + js)), accf[r]);
                 }
             }
         }
         // Q8_K has one scale per super-block: the same for all its sub-blocks.
-        let rd = T::row_d(&st);
-        for c in 0..C {
-            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
-            let d = if T::ROW_D { _mm512_mul_ps(rd, d) } else { d };
-            accf[c] = _mm512_fmadd_ps(accs[c], d, accf[c]);
+        let d = _mm512_set1_ps(*sd.add(t * n_sub + tile * T::SUBS));
+        for r in 0..R {
+            let d = if T::ROW_D {
+                _mm512_mul_ps(T::row_d(&st[r]), d)
+            } else {
+                d
+            };
+            accf[r] = _mm512_fmadd_ps(accs[r], d, accf[r]);
         }
     }
-    for c in 0..C {
-        _mm512_storeu_ps(out.add((t0 + c) * os), accf[c]);
+    for (r, acc) in accf.iter().enumerate() {
+        _mm512_storeu_ps(out.add(t * os + 16 * r), *acc);
     }
 }
 
@@ -1881,6 +1966,17 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q4_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os)
         }
+        _ if tokens.len() == 1 => {
+            let t = tokens.start;
+            match ty {
+                GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q6_K => sb_decode::<PkQ6K, 2>(g, group, gstride, t, out, os),
+                _ => unreachable!("no packed kernel for {ty}"),
+            }
+        }
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
@@ -1911,7 +2007,7 @@ unsafe fn sb_body<T: SbType>(
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
         for t in tokens {
-            sb_tile::<T, 1>(g, group, t, out, os);
+            sb_decode::<T, 1>(g, group, 0, t, out, os);
         }
         return;
     }
