@@ -208,13 +208,19 @@ mod tests {
             seed ^= seed << 17;
             xs.push(((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 30.0);
         }
+        tiers_match_scalar(&xs, |isa, g, u| geglu(isa, &table, g, u));
+    }
+
+    /// `act` on every supported tier gives the scalar tier's bits for `xs` (and its prefixes of
+    /// odd lengths), with multipliers that vary per element.
+    fn tiers_match_scalar(xs: &[f32], act: impl Fn(Isa, &mut [f32], &[f32])) {
         let up: Vec<f32> = (0..xs.len()).map(|i| 0.25 + (i % 7) as f32 * 0.5).collect();
-        let mut want = xs.clone();
-        geglu(Isa::Scalar, &table, &mut want, &up);
+        let mut want = xs.to_vec();
+        act(Isa::Scalar, &mut want, &up);
         for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
             for len in [xs.len(), 1, 7, 8, 15, 16, 17, 33] {
                 let mut got = xs[..len].to_vec();
-                geglu(isa, &table, &mut got, &up[..len]);
+                act(isa, &mut got, &up[..len]);
                 for (i, (a, b)) in got.iter().zip(&want[..len]).enumerate() {
                     assert!(
                         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
@@ -241,22 +247,7 @@ mod tests {
             f32::INFINITY,
             f32::NAN,
         ]);
-        let up: Vec<f32> = (0..xs.len()).map(|i| 0.25 + (i % 7) as f32 * 0.5).collect();
-        let mut want = xs.clone();
-        swiglu(Isa::Scalar, &mut want, &up);
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
-            for len in [xs.len(), 1, 7, 8, 15, 16, 17, 33] {
-                let mut got = xs[..len].to_vec();
-                swiglu(isa, &mut got, &up[..len]);
-                for (i, (a, b)) in got.iter().zip(&want[..len]).enumerate() {
-                    assert!(
-                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                        "{isa} len {len}: x {} -> {a} vs {b}",
-                        xs[i]
-                    );
-                }
-            }
-        }
+        tiers_match_scalar(&xs, swiglu);
     }
 
     #[test]
