@@ -1,9 +1,15 @@
 //! Kernel micro-benchmarks: `cargo run --release -p engine --example kernel_bench -- [threads]`.
 //! GEMV bandwidth on model-sized matrices and GEMM throughput for prompt batches.
+//!
+//! `kernel_bench 2 stream` is decode's matrix work out of cache: 22 TinyLlama-1.1B layers of
+//! packed matrices per type (545-1030 MB, well past this VM's 260 MiB L3), run token by token as
+//! the model runs them (fused Q/K/V, output, fused gate/up, down) at 1 and 2 threads, next to the
+//! `membw` probe (run from the same folder) at the same thread count. `HUGE=1` backs the weights
+//! with transparent huge pages; `TYPES=q4_0,q6_k` picks types, `THREADS=1,2` thread counts.
 
 use std::time::Instant;
 
-use engine::kernels::matmul::{matmul, Matrix};
+use engine::kernels::matmul::{matmul, matmul_many, Matrix, Product};
 use engine::kernels::{quantize_act, vec_dot_type, Isa};
 use engine::quant::{self, GgmlType};
 use engine::threads::ThreadPool;
@@ -69,6 +75,159 @@ fn bench(name: &str, f: &mut dyn FnMut(), reps: usize) -> f64 {
     med
 }
 
+/// A byte buffer aligned to 2 MiB, backed by transparent huge pages when `huge` (Linux, where
+/// the kernel allows), else by the 4 KiB pages a copy-on-write file mapping (the model's packed
+/// weights) has.
+struct Weights {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Weights {
+    fn new(len: usize, huge: bool) -> Weights {
+        const ALIGN: usize = 2 << 20;
+        let mut raw: Vec<u8> = Vec::with_capacity(len + ALIGN);
+        let start = raw.as_ptr().align_offset(ALIGN);
+        #[cfg(target_os = "linux")]
+        if huge {
+            extern "C" {
+                fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+            }
+            const MADV_HUGEPAGE: i32 = 14;
+            // SAFETY: the range lies in `raw`'s allocation; the advice is only a hint.
+            unsafe {
+                madvise(
+                    raw.as_mut_ptr().add(start).cast(),
+                    len / ALIGN * ALIGN,
+                    MADV_HUGEPAGE,
+                )
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = huge;
+        raw.resize(len + ALIGN, 0);
+        Weights { raw, start, len }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+/// The `membw` probe's GB/s at `threads` threads (the example built next to this one).
+fn probe(threads: usize) -> String {
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.join("membw")));
+    match exe.map(|e| std::process::Command::new(e).arg(threads.to_string()).output()) {
+        Some(Ok(o)) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => "? (build the membw example)".into(),
+    }
+}
+
+/// Decode's matrix work out of cache (see the module docs).
+fn stream(isa: Isa) {
+    // TinyLlama-1.1B: 22 layers, width 2048, 256 K/V rows, FFN 5632.
+    const LAYERS: usize = 22;
+    let shapes: [(usize, usize); 7] = [
+        (2048, 2048),
+        (2048, 256),
+        (2048, 256),
+        (2048, 2048),
+        (2048, 5632),
+        (2048, 5632),
+        (5632, 2048),
+    ];
+    let types = std::env::var("TYPES").unwrap_or_else(|_| "q4_0,q4_k,q6_k,q8_0".into());
+    let huge = std::env::var("HUGE").is_ok_and(|v| v != "0");
+    for name in types.split(',') {
+        let ty = match name.trim().to_ascii_lowercase().as_str() {
+            "q4_0" => GgmlType::Q4_0,
+            "q4_k" => GgmlType::Q4_K,
+            "q6_k" => GgmlType::Q6_K,
+            "q8_0" => GgmlType::Q8_0,
+            other => panic!("TYPES: unknown type {other}"),
+        };
+        // One packed prototype per shape, copied into every layer (the layout is per matrix).
+        let protos: Vec<(Vec<u8>, usize)> = shapes
+            .iter()
+            .map(|&(n, rows)| {
+                let mut d = random_matrix(ty, n, rows);
+                let p = maybe_pack(isa, ty, n, rows, &mut d);
+                (d, p)
+            })
+            .collect();
+        let layer_bytes: usize = protos.iter().map(|p| p.0.len()).sum();
+        let mut weights = Weights::new(layer_bytes * LAYERS, huge);
+        for layer in weights.bytes().chunks_exact_mut(layer_bytes) {
+            let mut at = 0;
+            for (d, _) in &protos {
+                layer[at..at + d.len()].copy_from_slice(d);
+                at += d.len();
+            }
+        }
+        let data: &[u8] = weights.bytes();
+        let mut mats = Vec::new();
+        let mut at = 0;
+        for _ in 0..LAYERS {
+            for (&(n, rows), (d, packed_rows)) in shapes.iter().zip(&protos) {
+                mats.push(Matrix {
+                    ty,
+                    n,
+                    n_out: rows,
+                    row_bytes: ty.row_bytes(n as u64).unwrap() as usize,
+                    data: &data[at..at + d.len()],
+                    packed_rows: *packed_rows,
+                });
+                at += d.len();
+            }
+        }
+        let at_ty = vec_dot_type(ty);
+        let act = |n: usize| {
+            let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut xq = vec![0u8; at_ty.row_bytes(n as u64).unwrap() as usize];
+            quantize_act(isa, at_ty, &x, &mut xq);
+            xq
+        };
+        let (x_dim, x_ffn) = (act(2048), act(5632));
+        let mut outs: Vec<Vec<f32>> = shapes.iter().map(|&(_, rows)| vec![0f32; rows]).collect();
+        let counts = std::env::var("THREADS").unwrap_or_else(|_| "1,2".into());
+        for threads in counts
+            .split(',')
+            .map(|t| t.trim().parse::<usize>().expect("THREADS"))
+        {
+            let pool = ThreadPool::new(threads).unwrap();
+            let bw = probe(threads);
+            let t = bench(
+                "stream",
+                &mut || {
+                    for l in mats.chunks_exact(7) {
+                        let [q, k, v, o, g, u, d] = &mut outs[..] else {
+                            unreachable!()
+                        };
+                        let mut qkv =
+                            [(l[0], q), (l[1], k), (l[2], v)].map(|(w, out)| Product { w, xq: &x_dim, out });
+                        matmul_many(&pool, isa, 1, &mut qkv);
+                        matmul(&pool, isa, &l[3], &x_dim, 1, o);
+                        let mut gu = [(l[4], g), (l[5], u)].map(|(w, out)| Product { w, xq: &x_dim, out });
+                        matmul_many(&pool, isa, 1, &mut gu);
+                        matmul(&pool, isa, &l[6], &x_ffn, 1, d);
+                    }
+                },
+                9,
+            );
+            let gbs = data.len() as f64 / t / 1e9;
+            println!(
+                "stream {ty:5} {:6.1} MB {}, {threads} thread(s): {:7.2} ms/token {gbs:6.1} GB/s, membw probe {bw} GB/s",
+                data.len() as f64 / 1e6,
+                if huge { "huge pages" } else { "4 KiB pages" },
+                t * 1e3,
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let threads: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2);
@@ -76,6 +235,10 @@ fn main() {
     let pool = ThreadPool::new(threads).unwrap();
     let isa = Isa::active();
     println!("isa {isa}, {threads} threads");
+    if which == "stream" {
+        stream(isa);
+        return;
+    }
     let gemv_cases: &[(&str, GgmlType, usize, usize)] = &[
         ("gemma lm head", GgmlType::Q8_0, 640, 262144),
         ("qwen lm head", GgmlType::Q8_0, 896, 151936),
