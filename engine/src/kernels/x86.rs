@@ -1193,8 +1193,9 @@ gemm_driver!(gemm_avx2, "avx2,fma,f16c", gemm256_body);
 
 // ---------------------------------------------------------------------------------------------
 // Packed (16-row interleaved) weights, AVX-512 VNNI: see `packed.rs` for the layouts. One generic
-// kernel; each type says how to turn a tile into 64-byte steps of unsigned values (biased by OFF),
-// and gives its per-row scales (and mins) per sub-block.
+// kernel for the 32-value block types; each says how to turn a tile into 64-byte steps of unsigned
+// values (biased by OFF) and gives its rows' scales per block. The K-quants have their own
+// super-block kernel (`SbType`, below).
 
 use super::gemm::ActSide;
 
@@ -1205,13 +1206,9 @@ pub(super) trait Pk512 {
     const SUB: usize;
     /// Values are stored plus `OFF`: integer sums start at `-OFF * Σa`.
     const OFF: i32;
-    const MIN: bool;
     type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, j: usize) -> __m512;
-    unsafe fn min(_st: &Self::St, _j: usize) -> __m512 {
-        _mm512_setzero_ps()
-    }
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
 }
 
@@ -1247,7 +1244,6 @@ impl Pk512 for PkQ8_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 128;
-    const MIN: bool = false;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -1271,7 +1267,6 @@ impl Pk512 for PkQ4_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 8;
-    const MIN: bool = false;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -1294,7 +1289,6 @@ impl Pk512 for PkQ5_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 16;
-    const MIN: bool = false;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -1314,93 +1308,6 @@ impl Pk512 for PkQ5_0 {
             let m: __mmask64 = (t.add(32 + 8 * k) as *const u64).read_unaligned();
             w[k] = _mm512_mask_add_epi8(w[k], m, w[k], hb);
         }
-    }
-}
-
-/// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
-#[derive(Clone, Copy)]
-pub(super) struct Q4KSt {
-    d: __m512,
-    dmin: __m512,
-    sc: [__m128i; 8],
-    m: [__m128i; 8],
-}
-
-impl Pk512 for PkQ4K {
-    const TILE: usize = 2304;
-    const SUBS: usize = 8;
-    const SUB: usize = 32;
-    const OFF: i32 = 0;
-    const MIN: bool = true;
-    type St = Q4KSt;
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> Q4KSt {
-        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(64 + 16 * i)));
-        let m63 = _mm_set1_epi8(63);
-        let m15 = _mm_set1_epi8(15);
-        let m3 = _mm_set1_epi8(3);
-        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
-        let mut sc = [_mm_setzero_si128(); 8];
-        let mut m = [_mm_setzero_si128(); 8];
-        for j in 0..4 {
-            sc[j] = _mm_and_si128(q[j], m63);
-            m[j] = _mm_and_si128(q[j + 4], m63);
-        }
-        for j in 4..8 {
-            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
-            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
-        }
-        Q4KSt {
-            d: d16(t),
-            dmin: d16(t.add(32)),
-            sc,
-            m,
-        }
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &Q4KSt, j: usize) -> __m512 {
-        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.sc[j])))
-    }
-    #[inline(always)]
-    unsafe fn min(st: &Q4KSt, j: usize) -> __m512 {
-        _mm512_mul_ps(st.dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.m[j])))
-    }
-    #[inline(always)]
-    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        for c in 0..4 {
-            (w[2 * c], w[2 * c + 1]) = nib512(t.add(256 + 64 * (4 * j + c)));
-        }
-    }
-}
-
-impl Pk512 for PkQ6K {
-    const TILE: usize = 3360;
-    const SUBS: usize = 16;
-    const SUB: usize = 16;
-    const OFF: i32 = 32;
-    const MIN: bool = false;
-    type St = (__m512, *const u8);
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> (__m512, *const u8) {
-        (d16(t), t)
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &(__m512, *const u8), j: usize) -> __m512 {
-        _mm512_mul_ps(
-            st.0,
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(st.1.add(32 + 16 * j)))),
-        )
-    }
-    #[inline(always)]
-    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        let (a0, a1) = nib512(t.add(288 + 64 * (2 * j)));
-        let (a2, a3) = nib512(t.add(288 + 64 * (2 * j + 1)));
-        let qh = ld512(t.add(2336 + 64 * j));
-        let m = _mm512_set1_epi8(0x30);
-        w[0] = _mm512_or_si512(a0, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m));
-        w[1] = _mm512_or_si512(a1, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m));
-        w[2] = _mm512_or_si512(a2, _mm512_and_si512(qh, m));
-        w[3] = _mm512_or_si512(a3, _mm512_and_si512(_mm512_srli_epi16(qh, 2), m));
     }
 }
 
@@ -1464,7 +1371,7 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
 ) {
     const { assert!(T::SUB % 8 == 0, "steps go in pairs") };
     let n_sub = g.side.n_sub;
-    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow = g.xq.as_ptr().add(t * g.row_bytes);
     let mut accf = [_mm512_setzero_ps(); R];
@@ -1505,10 +1412,6 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
                 let acci = _mm512_add_epi32(even[r], odd[r]);
                 let s = T::scale(&st[r], j);
                 accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci), _mm512_mul_ps(s, d), accf[r]);
-                if T::MIN {
-                    let m = _mm512_set1_ps(*sm.add(t * n_sub + js));
-                    accf[r] = _mm512_fmadd_ps(T::min(&st[r], j), m, accf[r]);
-                }
             }
         }
     }
@@ -1526,7 +1429,7 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
-    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let mut accf = [_mm512_setzero_ps(); C];
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
@@ -1554,12 +1457,6 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
             for c in 0..C {
                 let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
                 accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
-            }
-            if T::MIN {
-                let m = T::min(&st, j);
-                for c in 0..C {
-                    accf[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js)), accf[c]);
-                }
             }
         }
     }
@@ -1675,7 +1572,7 @@ trait SbType {
 }
 
 impl SbType for PkQ6K {
-    const TILE: usize = <PkQ6K as Pk512>::TILE;
+    const TILE: usize = 3360;
     const SUBS: usize = 16;
     const STEPS: usize = 4;
     const OFF: bool = true;
@@ -1688,7 +1585,10 @@ impl SbType for PkQ6K {
     }
     #[inline(always)]
     unsafe fn scale(d: &__m512, t: *const u8, j: usize) -> __m512 {
-        <PkQ6K as Pk512>::scale(&(*d, t), j)
+        _mm512_mul_ps(
+            *d,
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(t.add(32 + 16 * j)))),
+        )
     }
     #[inline(always)]
     unsafe fn min(_: &__m512, _: *const u8, _: usize) -> __m512 {
@@ -1696,12 +1596,28 @@ impl SbType for PkQ6K {
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        <PkQ6K as Pk512>::steps(t, j, w)
+        let (a0, a1) = nib512(t.add(288 + 64 * (2 * j)));
+        let (a2, a3) = nib512(t.add(288 + 64 * (2 * j + 1)));
+        let qh = ld512(t.add(2336 + 64 * j));
+        let m = _mm512_set1_epi8(0x30);
+        w[0] = _mm512_or_si512(a0, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m));
+        w[1] = _mm512_or_si512(a1, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m));
+        w[2] = _mm512_or_si512(a2, _mm512_and_si512(qh, m));
+        w[3] = _mm512_or_si512(a3, _mm512_and_si512(_mm512_srli_epi16(qh, 2), m));
     }
 }
 
+/// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
+#[derive(Clone, Copy)]
+pub(super) struct Q4KSt {
+    d: __m512,
+    dmin: __m512,
+    sc: [__m128i; 8],
+    m: [__m128i; 8],
+}
+
 impl SbType for PkQ4K {
-    const TILE: usize = <PkQ4K as Pk512>::TILE;
+    const TILE: usize = 2304;
     const SUBS: usize = 8;
     const STEPS: usize = 8;
     const OFF: bool = false;
@@ -1710,7 +1626,27 @@ impl SbType for PkQ4K {
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
-        <PkQ4K as Pk512>::state(t)
+        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(64 + 16 * i)));
+        let m63 = _mm_set1_epi8(63);
+        let m15 = _mm_set1_epi8(15);
+        let m3 = _mm_set1_epi8(3);
+        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
+        let mut sc = [_mm_setzero_si128(); 8];
+        let mut m = [_mm_setzero_si128(); 8];
+        for j in 0..4 {
+            sc[j] = _mm_and_si128(q[j], m63);
+            m[j] = _mm_and_si128(q[j + 4], m63);
+        }
+        for j in 4..8 {
+            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
+            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
+        }
+        Q4KSt {
+            d: d16(t),
+            dmin: d16(t.add(32)),
+            sc,
+            m,
+        }
     }
     #[inline(always)]
     unsafe fn scale(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
@@ -1722,11 +1658,13 @@ impl SbType for PkQ4K {
     }
     #[inline(always)]
     unsafe fn min(st: &Q4KSt, _: *const u8, j: usize) -> __m512 {
-        <PkQ4K as Pk512>::min(st, j)
+        _mm512_mul_ps(st.dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(st.m[j])))
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        <PkQ4K as Pk512>::steps(t, j, w)
+        for c in 0..4 {
+            (w[2 * c], w[2 * c + 1]) = nib512(t.add(256 + 64 * (4 * j + c)));
+        }
     }
     /// The high nibbles are dotted as `16·h` (masked, not shifted) into sums of their own,
     /// which halves the shifts; low and high sums each go in two chains (even and odd nibble
