@@ -147,13 +147,7 @@ fn stream(isa: Isa) {
     let types = std::env::var("TYPES").unwrap_or_else(|_| "q4_0,q4_k,q6_k,q8_0".into());
     let huge = std::env::var("HUGE").is_ok_and(|v| v != "0");
     for name in types.split(',') {
-        let ty = match name.trim().to_ascii_lowercase().as_str() {
-            "q4_0" => GgmlType::Q4_0,
-            "q4_k" => GgmlType::Q4_K,
-            "q6_k" => GgmlType::Q6_K,
-            "q8_0" => GgmlType::Q8_0,
-            other => panic!("TYPES: unknown type {other}"),
-        };
+        let ty = GgmlType::from_name(name.trim()).unwrap_or_else(|| panic!("TYPES: unknown type {name}"));
         // One packed prototype per shape, copied into every layer (the layout is per matrix).
         let protos: Vec<(Vec<u8>, usize)> = shapes
             .iter()
@@ -366,10 +360,10 @@ fn main() {
             (GgmlType::Q4_K, 5632, 2048),
         ];
         let tokens = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(512usize);
-        // An optional fourth argument keeps one weight type (e.g. `Q6_K`), for profiles.
+        // An optional fourth argument keeps one weight type (e.g. `q6_K`), for profiles.
         let only = args.get(4);
         for &(ty, n, rows) in cases {
-            if only.is_some_and(|o| *o != ty.to_string()) {
+            if only.is_some_and(|o| GgmlType::from_name(o) != Some(ty)) {
                 continue;
             }
             let mut data = random_matrix(ty, n, rows);
