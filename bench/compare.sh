@@ -15,7 +15,8 @@
 #   BENCH_DIR=target/bench            where the generated model files go (about 5 GB)
 #   SKIP_1B=1                         only the two real models
 # Output: one table row per file with tokens/s of both, the ratios, and tg as a share of the
-# machine's streaming read bandwidth (bytes of weights read per token x tokens/s / bandwidth).
+# machine's streaming read bandwidth (tensor bytes one token reads, as `ollamars bench --json`
+# reports them, x tokens/s / bandwidth).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -85,7 +86,9 @@ for line in open(path):
     bw = float(bw)
     ours, i = dec.raw_decode(rest.strip())
     theirs, _ = dec.raw_decode(rest.strip()[i:].strip())
-    gb = int(size) / 1e9  # every weight is read once per token (the file is almost all weights)
+    # Bytes one token reads (every tensor but the embedding table's unused rows), as ours reports
+    # them; the same file, so the same bytes for llama.cpp.
+    gb = ours.get("read_bytes", int(size)) / 1e9
     r = lambda a, b: f"{a / b:.2f}x" if b else "-"
     print(f"| {name} | {ours['pp_tps']:.1f} ± {ours['pp_std']:.1f} | {theirs['pp_tps']:.1f} ± {theirs['pp_std']:.1f} | "
           f"{r(ours['pp_tps'], theirs['pp_tps'])} | {ours['tg_tps']:.2f} ± {ours['tg_std']:.2f} | "

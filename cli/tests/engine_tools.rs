@@ -151,7 +151,10 @@ fn bench_json_reports_both_tests() {
     let obj = v.as_object().unwrap();
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(keys, ["pp_std", "pp_tps", "tg_std", "tg_tps"]);
+    assert_eq!(keys, ["pp_std", "pp_tps", "read_bytes", "tg_std", "tg_tps"]);
+    let read = obj["read_bytes"].as_u64().unwrap();
+    let file = std::fs::metadata(tiny_model()).unwrap().len();
+    assert!(read > 0 && read < file, "read_bytes {read} of a {file}-byte file");
     for k in ["pp_tps", "tg_tps"] {
         let x = obj[k].as_f64().unwrap();
         assert!(x.is_finite() && x > 0.0, "{k} = {x}");
@@ -171,7 +174,11 @@ fn bench_text_and_skipped_tests() {
         out.contains("memory: peak RSS ") && out.contains(" MiB, KV cache "),
         "{out}"
     );
-    assert!(out.lines().any(|l| l.starts_with("tg3 ")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("tg3 ") && l.contains(" MiB of weights read per token: ")),
+        "{out}"
+    );
     assert!(!out.lines().any(|l| l.starts_with("pp")), "{out}");
     let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "0"]);
     assert!(!ok && err.contains("nothing to measure"), "{err}");

@@ -127,3 +127,19 @@ fn model_information() {
     assert_eq!(q8.kv_cache, 2 * 4096 * 2 * (128 / 32 * 34));
     assert_eq!(m.chat_template(), None);
 }
+
+#[test]
+fn decode_reads_the_embedding_table_only_when_it_is_the_output() {
+    // Separate output (Q6_K): a token reads one Q4_K row of the 32000 x 256 embedding table.
+    let m = Model::load(tiny("tiny-llama-spm-e256-q4_k_m.gguf"), &ModelParams::default()).unwrap();
+    let embd = m.gguf().tensor("token_embd.weight").unwrap().info.size;
+    assert_eq!(embd, 32000 * 144);
+    assert_eq!(m.decode_read_bytes(), m.weights_size() - embd + 144);
+    // Tied: the table is the output layer, read in full.
+    let tied = Model::load(
+        tiny("tiny-llama-spm-e256-tied-q6_k.gguf"),
+        &ModelParams::default(),
+    )
+    .unwrap();
+    assert_eq!(tied.decode_read_bytes(), tied.weights_size());
+}

@@ -33,7 +33,8 @@ pub struct BenchArgs {
     /// Micro-batch size: tokens per forward pass within the pp batch.
     #[arg(short = 'b', long, default_value_t = 512)]
     batch_size: u32,
-    /// Print only {"pp_tps":..,"pp_std":..,"tg_tps":..,"tg_std":..} (0 for a skipped test).
+    /// Print only {"pp_tps":..,"pp_std":..,"tg_tps":..,"tg_std":..,"read_bytes":..} (0 for a
+    /// skipped test; read_bytes: tensor bytes one decoded token reads).
     #[arg(long)]
     json: bool,
 }
@@ -96,6 +97,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let model = Model::load(&args.model, &ModelParams::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
+    let read_bytes = model.decode_read_bytes();
     let n_ctx = (args.n_prompt.max(args.n_gen).max(1)) as u32;
     let mut ctx = Context::new(
         model,
@@ -134,7 +136,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         writeln!(
             out,
             "{}",
-            serde_json::json!({"pp_tps": pp_tps, "pp_std": pp_std, "tg_tps": tg_tps, "tg_std": tg_std})
+            serde_json::json!({
+                "pp_tps": pp_tps, "pp_std": pp_std, "tg_tps": tg_tps, "tg_std": tg_std,
+                "read_bytes": read_bytes,
+            })
         )?;
         return Ok(());
     }
@@ -164,7 +169,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         writeln!(out, "pp{:<6} {pp_tps:10.2} ± {pp_std:.2} t/s", args.n_prompt)?;
     }
     if args.n_gen > 0 {
-        writeln!(out, "tg{:<6} {tg_tps:10.2} ± {tg_std:.2} t/s", args.n_gen)?;
+        writeln!(
+            out,
+            "tg{:<6} {tg_tps:10.2} ± {tg_std:.2} t/s ({:.1} MiB of weights read per token: {:.1} GB/s)",
+            args.n_gen,
+            mib(read_bytes),
+            read_bytes as f64 * tg_tps / 1e9
+        )?;
     }
     Ok(())
 }

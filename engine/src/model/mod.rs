@@ -149,6 +149,22 @@ impl Model {
         self.gguf.tensors().iter().map(|t| t.info.size).sum()
     }
 
+    /// Bytes of tensor data one token's forward pass reads: every tensor but the token
+    /// embedding table, of which it reads a single row, unless the file ties the output layer to
+    /// that table (then it is read in full as the output). Decode is bound by this over the
+    /// machine's read bandwidth.
+    pub fn decode_read_bytes(&self) -> u64 {
+        let tensors = self.gguf.tensors();
+        let embd = &self.w.token_embd;
+        let skipped = if self.w.output.tensor == embd.tensor {
+            0
+        } else {
+            let row = embd.ty.row_bytes(embd.n_in as u64).unwrap_or(0);
+            tensors[embd.tensor].info.size.saturating_sub(row)
+        };
+        self.weights_size() - skipped
+    }
+
     /// `general.file_type` (the quantization mix), if recorded and known.
     pub fn file_type(&self) -> Option<FileType> {
         let id = self.metadata().get_u64("general.file_type").ok().flatten()?;
