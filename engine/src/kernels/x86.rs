@@ -1880,21 +1880,68 @@ unsafe fn sb_body_pair<T: SbType>(
         buf.resize(2 * stride, 0);
         buf.as_mut_ptr()
     });
+    let n_parts = tokens.len().div_ceil(4);
     let mut s0 = 0;
     while s0 < g.n_tiles {
         let tiles = s0..(s0 + chunk).min(g.n_tiles);
         sb_unpack::<T>(group.add(s0 * T::TILE), tiles.len(), src);
         sb_unpack::<T>(group.add(gstride + s0 * T::TILE), tiles.len(), src.add(stride));
+        let next = next_chunk::<T>(group, gstride, 2, tiles.end, g.n_tiles, chunk);
         let mut t = tokens.start;
+        let mut part = 0;
         while t + 4 <= tokens.end {
+            for (p, bytes) in next {
+                prefetch_share(p, bytes, part, n_parts);
+            }
             sb_tile_rows::<T, 2, 4>(g, src, stride, tiles.clone(), t, out, os);
             t += 4;
+            part += 1;
         }
         while t < tokens.end {
             sb_tile_rows::<T, 2, 1>(g, src, stride, tiles.clone(), t, out, os);
             t += 1;
         }
         s0 = tiles.end;
+    }
+}
+
+/// The packed bytes a batch unpacks after the chunk of tiles that ends at `end`, as one
+/// `(start, bytes)` per group of the `n` groups at `group + r * gstride`: the same groups' next
+/// chunk, or after their last chunk the first chunk of the `n` groups that follow (the next
+/// groups of a thread's range; past its end the prefetches are wasted, never wrong).
+#[inline(always)]
+fn next_chunk<T: SbType>(
+    group: *const u8,
+    gstride: usize,
+    n: usize,
+    end: usize,
+    n_tiles: usize,
+    chunk: usize,
+) -> [(*const u8, usize); 2] {
+    let (base, tile, len) = if end < n_tiles {
+        (group, end, chunk.min(n_tiles - end))
+    } else {
+        (group.wrapping_add(n * gstride), 0, chunk.min(n_tiles))
+    };
+    std::array::from_fn(|r| {
+        if r < n {
+            (base.wrapping_add(r * gstride + tile * T::TILE), len * T::TILE)
+        } else {
+            (base, 0)
+        }
+    })
+}
+
+/// Prefetches share `i` of `parts` of the `bytes` bytes at `p` into L2. A batch computes on one
+/// chunk of unpacked tiles while the next chunk's packed bytes (out of cache: a layer's matrices
+/// are megabytes) come in, a share per tile of tokens, so unpacking them does not wait for
+/// memory. Without it the unpacking of a 64-token batch (the forward pass's row chunk) was
+/// ~20% of the Q6_K kernel's time (`perf`, `PACKED=1 kernel_bench 1 gemm 64 q6_k`).
+#[inline(always)]
+unsafe fn prefetch_share(p: *const u8, bytes: usize, i: usize, parts: usize) {
+    let lines = bytes.div_ceil(64);
+    for l in i * lines / parts..(i + 1) * lines / parts {
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(64 * l) as *const i8);
     }
 }
 
@@ -1970,14 +2017,20 @@ unsafe fn sb_body<T: SbType>(
         buf.resize(chunk * T::UNPACKED, 0);
         buf.as_mut_ptr()
     });
+    let n_parts = tokens.len().div_ceil(8);
     let mut s0 = 0;
     while s0 < g.n_tiles {
         let tiles = s0..(s0 + chunk).min(g.n_tiles);
         sb_unpack::<T>(group.add(s0 * T::TILE), tiles.len(), src);
+        let gstride = g.n_tiles * T::TILE;
+        let [(next, bytes), _] = next_chunk::<T>(group, gstride, 1, tiles.end, g.n_tiles, chunk);
         let mut t = tokens.start;
+        let mut part = 0;
         while t + 8 <= tokens.end {
+            prefetch_share(next, bytes, part, n_parts);
             sb_tile_rows::<T, 1, 8>(g, src, 0, tiles.clone(), t, out, os);
             t += 8;
+            part += 1;
         }
         if t + 4 <= tokens.end {
             sb_tile_rows::<T, 1, 4>(g, src, 0, tiles.clone(), t, out, os);
