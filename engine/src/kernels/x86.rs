@@ -1347,11 +1347,38 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// the prefetches (and the loads behind them) wait; one part per sub-block keeps as many reads
 /// in flight all along. Out of cache, one thread (`PACKED=1 THREADS=1 kernel_bench 1 stream`):
 /// Q4_K 47.0-48.2 -> 39.9-40.7 ms per 545 MB, Q6_K 69.0-69.8 -> 57.4-59.0 ms per 795 MB.
+/// `at` is the tile's offset in its group of `group_bytes`; see [`next_stream`].
 #[inline(always)]
-unsafe fn prefetch_part(p: *const u8, tile: usize, j: usize, parts: usize) {
+unsafe fn prefetch_part<const R: usize>(
+    p: *const u8,
+    tile: usize,
+    j: usize,
+    parts: usize,
+    at: usize,
+    group_bytes: usize,
+    gstride: usize,
+) {
     let lines = tile.div_ceil(64);
     let (l0, l1) = (j * lines / parts, (j + 1) * lines / parts);
+    let p = next_stream::<R>(p, at + 64 * l0, group_bytes, gstride);
     prefetch_ahead(p.wrapping_add(64 * l0), 64 * (l1 - l0));
+}
+
+/// Where stream `p` (at offset `at` of its group of `group_bytes`) prefetches from: a decode
+/// kernel reads `R` groups `gstride` apart side by side and the next call of the chunk goes on
+/// with the `R` groups after them, so once [`PREFETCH_BYTES`] reaches past a group's end the
+/// stream's next lines are `R` groups on, not in the next group (which another stream of this
+/// call has been reading all along). Without this, every pair's second group started cold: one
+/// thread out of cache (`CPU_TIME=1 PACKED=1 THREADS=1 kernel_bench 1 stream`, 16 runs alternated
+/// with the old code on a busy machine), median time ratio Q6_K 0.90, Q4_0 0.95, Q8_0 0.96, Q4_K
+/// 1.00.
+#[inline(always)]
+fn next_stream<const R: usize>(p: *const u8, at: usize, group_bytes: usize, gstride: usize) -> *const u8 {
+    if R > 1 && at + PREFETCH_BYTES >= group_bytes {
+        p.wrapping_add((R - 1) * gstride)
+    } else {
+        p
+    }
 }
 
 /// One token (decode) against `R` packed groups (group `r` at `group + r * gstride`, its rows
@@ -1382,7 +1409,8 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
         let tp: [*const u8; R] = std::array::from_fn(|r| group.add(r * gstride + tile * T::TILE));
         let mut st = [T::state(tp[0]); R];
         for r in 0..R {
-            prefetch_ahead(tp[r], T::TILE);
+            let at = tile * T::TILE;
+            prefetch_ahead(next_stream::<R>(tp[r], at, g.n_tiles * T::TILE, gstride), T::TILE);
             if r > 0 {
                 st[r] = T::state(tp[r]);
             }
@@ -1740,7 +1768,8 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
         let mut accs = [_mm512_setzero_ps(); R];
         for j in 0..T::SUBS {
             for p in tp {
-                prefetch_part(p, T::TILE, j, T::SUBS);
+                let at = tile * T::TILE;
+                prefetch_part::<R>(p, T::TILE, j, T::SUBS, at, g.n_tiles * T::TILE, gstride);
             }
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
