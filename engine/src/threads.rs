@@ -256,6 +256,34 @@ impl ThreadPool {
         );
     }
 
+    /// [`ThreadPool::for_each_chunk`] for streaming work: `0..n` is cut into one contiguous share
+    /// per thread, which that thread takes chunk by chunk in order, so its reads run on from one
+    /// chunk into the next (prefetched ahead, the hardware prefetcher already up to speed)
+    /// instead of starting cold at every chunk, as chunks dealt out in turn do. A thread done
+    /// with its share takes what is left of the others', in their order: a late or descheduled
+    /// thread holds nobody up. Shares are counted on the step's eight work counters (more threads
+    /// than that start two to a share).
+    pub fn for_each_chunk_in_shares<F: Fn(Range<usize>) + Sync>(&self, n: usize, chunk: usize, f: F) {
+        if n <= chunk || self.n_threads() == 1 {
+            return self.for_each_chunk(n, chunk, f);
+        }
+        let units = n.div_ceil(chunk);
+        let shares = self.n_threads().min(COUNTERS);
+        self.run_step(
+            |w| {
+                for k in 0..shares {
+                    let share = (w.index + k) % shares;
+                    let (a, b) = (units * share / shares, units * (share + 1) / shares);
+                    for u in w.chunks(share, b - a, 1) {
+                        let start = (a + u.start) * chunk;
+                        f(start..(start + chunk).min(n));
+                    }
+                }
+            },
+            true,
+        );
+    }
+
     /// Makes this pool the one [`current`] returns on this thread while `f` runs.
     pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
         struct Restore(*const ThreadPool);
