@@ -536,6 +536,27 @@ mod tests {
         }
     }
 
+    /// Shares: every chunk once, whole chunks from multiples of `chunk`, for fewer threads than
+    /// work counters and for more (two to a share), and ranges shorter than one chunk.
+    #[test]
+    fn shares_do_every_chunk_once() {
+        for threads in [2, 3, 9] {
+            let pool = ThreadPool::new(threads).unwrap();
+            for (n, chunk) in [(0, 4), (3, 4), (64, 4), (1001, 16), (5, 1)] {
+                let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+                pool.for_each_chunk_in_shares(n, chunk, |r| {
+                    assert_eq!(r.start % chunk, 0);
+                    assert!(r.len() == chunk || r.end == n, "{r:?}");
+                    for i in r {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                let ok = hits.iter().all(|h| h.load(Ordering::Relaxed) == 1);
+                assert!(ok, "threads={threads} n={n} chunk={chunk}");
+            }
+        }
+    }
+
     #[test]
     fn phases_separated_by_barriers_see_each_others_writes() {
         let pool = ThreadPool::new(4).unwrap();
