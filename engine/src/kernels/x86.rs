@@ -1978,7 +1978,7 @@ fn next_chunk<T: SbType>(
 /// Prefetches share `i` of `parts` of the `bytes` bytes at `p` into L2. A batch computes on one
 /// chunk of unpacked tiles while the next chunk's packed bytes (out of cache: a layer's matrices
 /// are megabytes) come in, a share per tile of tokens, so unpacking them does not wait for
-/// memory. Without it the unpacking of a 64-token batch (the forward pass's row chunk) was
+/// memory. Without it the unpacking of a 64-token batch (then the forward pass's row chunk) was
 /// ~20% of the Q6_K kernel's time (`perf`, `PACKED=1 kernel_bench 1 gemm 64 q6_k`).
 #[inline(always)]
 unsafe fn prefetch_share(p: *const u8, bytes: usize, i: usize, parts: usize) {
