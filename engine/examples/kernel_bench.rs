@@ -1,6 +1,10 @@
 //! Kernel micro-benchmarks: `cargo run --release -p engine --example kernel_bench -- [threads]
-//! [gemv|gemm|l2|bw] [tokens] [type]`.
+//! [gemv|gemm|l2|bw|stream|peak] [tokens] [type]`.
 //! GEMV bandwidth on model-sized matrices and GEMM throughput for prompt batches.
+//!
+//! `kernel_bench 2 peak` is the ceiling for the prompt kernels: independent chains of AVX-512
+//! `vpdpbusd` (64 int8 multiply-adds each) and nothing else, per thread with all threads busy.
+//! No kernel can beat it; `gemm` shows how close each type's GEMM gets.
 //!
 //! `kernel_bench 2 stream` is decode's matrix work out of cache: 22 TinyLlama-1.1B layers of
 //! packed matrices per type (545-1030 MB, well past this VM's 260 MiB L3), run token by token as
@@ -227,6 +231,46 @@ fn stream(isa: Isa) {
     }
 }
 
+/// Twelve independent `vpdpbusd` chains (more than its latency times its throughput), `n`
+/// rounds; returns the sum so that nothing is optimized away.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn vpdpbusd_chains(n: usize, w: i8, x: i8) -> i32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 12];
+    let (w, x) = (_mm512_set1_epi8(w), _mm512_set1_epi8(x));
+    for _ in 0..n {
+        for a in &mut acc {
+            *a = _mm512_dpbusd_epi32(*a, w, x);
+        }
+    }
+    acc.iter()
+        .map(|&a| _mm512_reduce_add_epi32(a))
+        .fold(0i32, i32::wrapping_add)
+}
+
+/// The int8 multiply-add ceiling per thread, all threads at once (see the module doc).
+fn peak(pool: &ThreadPool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512vnni") {
+        const ROUNDS: usize = 50_000_000;
+        let best = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                pool.run(|_| {
+                    // SAFETY: the CPU has AVX-512 VNNI (checked above).
+                    std::hint::black_box(unsafe { vpdpbusd_chains(ROUNDS, std::hint::black_box(3), 1) });
+                });
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min);
+        let macs = (ROUNDS * 12 * 64) as f64;
+        println!("vpdpbusd zmm chains: {:6.1} GMAC/s per thread", macs / best / 1e9);
+        return;
+    }
+    println!("peak: needs AVX-512 VNNI");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let threads: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2);
@@ -236,6 +280,10 @@ fn main() {
     println!("isa {isa}, {threads} threads");
     if which == "stream" {
         stream(isa);
+        return;
+    }
+    if which == "peak" {
+        peak(&pool);
         return;
     }
     let gemv_cases: &[(&str, GgmlType, usize, usize)] = &[
