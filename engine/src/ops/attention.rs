@@ -90,15 +90,21 @@ fn load_row(
     }
 }
 
-/// A query head rounded through the cache's dot format, back in f32.
-fn round_query(ty: GgmlType, q: &[f32], buf: &mut Vec<u8>, out: &mut [f32]) {
+/// A query head rounded through the cache's dot format, back in f32 (F16 with `isa`'s exact
+/// conversion: a prompt rounds every query head of every layer, and the scalar one was ~1% of
+/// pp512).
+fn round_query(isa: Isa, ty: GgmlType, q: &[f32], buf: &mut Vec<u8>, out: &mut [f32]) {
     let q_ty = vec_dot_type(ty);
     let n = q_ty
         .row_bytes(q.len() as u64)
         .expect("head size fits the query format") as usize;
     buf.resize(n, 0);
     quantize_row(q_ty, q, buf);
-    crate::quant::dequantize_row(q_ty, buf, out).expect("query format dequantizes");
+    if q_ty == GgmlType::F16 {
+        k::f16_row(isa, buf, out);
+    } else {
+        crate::quant::dequantize_row(q_ty, buf, out).expect("query format dequantizes");
+    }
 }
 
 /// A raw score, soft-capped and scaled (without soft-capping, just scaled: `x * kq_scale`).
@@ -158,7 +164,13 @@ pub fn attend_head(
     let kvh = h / (shape.n_head / shape.n_kv_head);
     let sc = scratch;
     sc.qf.resize(dk, 0.0);
-    round_query(kv.ty, &q[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
+    round_query(
+        Isa::Scalar,
+        kv.ty,
+        &q[h * dk..(h + 1) * dk],
+        &mut sc.q,
+        &mut sc.qf,
+    );
     sc.row.resize(dk.max(dv), 0.0);
     sc.scores.clear();
     for &c in cells {
@@ -334,7 +346,7 @@ pub fn attend_tile_isa<'o>(
         let h = heads.start + i % n_heads;
         let qr = q[i / n_heads];
         assert_eq!(qr.len(), n_head * dk);
-        round_query(kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
+        round_query(isa, kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
         for (d, &x) in sc.qf.iter().enumerate() {
             sc.qt[d * nqp + i] = x;
         }
