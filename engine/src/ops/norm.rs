@@ -26,7 +26,19 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
 }
 
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
-    let sum: f64 = x.iter().map(|v| f64::from(v * v)).sum();
+    // Squares in f32 summed in f64, as llama.cpp does; in eight running sums rather than one,
+    // so that the compiler can vectorize it (the one sequential f64 chain made `rms_norm` 1.5%
+    // of a TinyLlama pp512). f64 holds 29 more bits than the f32 result: the order practically
+    // never shows.
+    let mut lanes = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|v| f64::from(v * v)).sum();
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += f64::from(v * v);
+        }
+    }
+    let sum = lanes.iter().sum::<f64>() + tail;
     let mean = (sum / x.len() as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
