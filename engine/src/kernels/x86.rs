@@ -1325,32 +1325,27 @@ pub(super) struct PkArgs<'a> {
 /// 5.2 GB/s; 4096 was best or tied for every type.
 const PREFETCH_BYTES: usize = 4096;
 
-/// How much further than [`PREFETCH_BYTES`] the L2 (T1) prefetch of a decode pass reaches. One
-/// thread out of cache (`CPU_TIME=1 PACKED=1 THREADS=1 kernel_bench 1 stream`, 6 runs alternated
-/// with T0 alone, busy machine), median ms per token: Q4_0 46.0 -> 36.4, Q4_K 48.0 -> 36.9, Q6_K
-/// 61.8 -> 47.5, Q8_0 74.2 -> 62.6, and far less spread under other load (Q6_K 44-73 -> 44-49);
-/// two threads (fastest of 9 per run, 4 runs): Q4_K 21.4 -> 18.9, Q6_K 27.7 -> 25.5, Q8_0 35.6 ->
-/// 34.6 ms, Q4_0 19.6 / 19.7. T1 in place of T0 at [`PREFETCH_BYTES`] was slower (Q4_0 50.6 vs
-/// 41.5 ms): the L2 prefetch pays ahead of the L1 one, not instead of it.
-const L2_AHEAD: usize = 2 * PREFETCH_BYTES;
-
 /// Prefetches the `bytes` bytes at `p + PREFETCH_BYTES` (tiles further down the stream: a
-/// group's tiles are contiguous, and so are the groups of a chunk) when the kernel runs one
-/// token (decode). A decode pass unpacks and dots between its loads, and the hardware prefetcher
-/// alone then keeps too few reads in flight: asking for the lines ahead overlaps memory with
-/// compute. Prefetches never fault, so running past the matrix is harmless; they change no
-/// arithmetic, so decode keeps the batch kernels' bits.
+/// group's tiles are contiguous, and so are the groups of a chunk) into L2 when the kernel runs
+/// one token (decode). A decode pass unpacks and dots between its loads, and the hardware
+/// prefetcher alone then keeps too few reads in flight: asking for the lines ahead overlaps
+/// memory with compute. Prefetches never fault, so running past the matrix is harmless; they
+/// change no arithmetic, so decode keeps the batch kernels' bits.
 ///
-/// Each line is also asked into L2 [`L2_AHEAD`] further on: L2 keeps more misses in flight than
-/// the L1 fill buffers the T0 prefetches hold, so the T0 prefetch later finds its line there or
-/// on its way.
+/// Into L2 (T1), not L1 (T0): a T0 prefetch holds one of the few L1 miss buffers until its line
+/// arrives, and those then bound the reads a core has in flight; L2 keeps more misses going, and
+/// the loads later find their lines there. On the Zen 4 host (2 threads, `BEST=1 PACKED=1
+/// kernel_bench 2 stream`, alternated, runs whose probe read its usual 32-36 GB/s), T0 here plus
+/// T1 8 KiB further on (before) -> T1 here alone: Q4_0 26.9-27.1 -> 30.4-30.6 GB/s, Q4_K
+/// 27.3-28.6 -> 28.4-30.6, Q6_K 29.2-32.0 -> 32.4, Q8_0 27.2-29.5 -> 30.2-33.4; one thread
+/// Q4_0 18.2-19.6 -> 20.7-22.6, Q6_K 19.0-20.2 -> 23.4-24.5. T1 at 2 KiB was slower for Q6_K
+/// (25.6 GB/s), at 6 KiB no better than 4 KiB.
 #[inline(always)]
 unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     let q = p.wrapping_add(PREFETCH_BYTES);
     let mut off = 0;
     while off < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off) as *const i8);
-        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(off + L2_AHEAD) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(off) as *const i8);
         off += 64;
     }
 }
