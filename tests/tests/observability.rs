@@ -88,8 +88,10 @@ fn metrics_count_generations_tokens_loads_and_requests() {
     }
 }
 
-/// The time to first token is observed from the request's arrival: a body that comes 400 ms
-/// after the request's head counts, and the figure is no more than the client saw.
+/// The time to first token is observed from the request's arrival: a body that comes 500 ms
+/// after the request's head counts, and the figure is no more than the client saw. The bound
+/// checked is 400 ms: the daemon sees the head a little after the client sent it, so the wait it
+/// measures can be a fraction of a millisecond short of the client's sleep.
 #[test]
 fn time_to_first_token_runs_from_arrival_to_the_first_token_sent() {
     let d = Daemon::start();
@@ -111,7 +113,7 @@ fn time_to_first_token_runs_from_arrival_to_the_first_token_sent() {
     )
     .unwrap();
     s.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(500));
     s.write_all(body.as_bytes()).unwrap();
     // The first NDJSON line (chunked): the first token.
     let mut r = BufReader::new(s);
