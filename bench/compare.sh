@@ -10,13 +10,14 @@
 # llama.cpp comes from llama-cpp-python, installed from PyPI into a throwaway virtualenv (it builds
 # llama.cpp from source with this CPU's features: 10+ minutes on 2 cores). Set LLAMA_VENV to an
 # existing virtualenv that has it to skip that. Other settings (environment):
-#   THREADS=2 PP=512 TG=128 REPS=5   llama-bench's parameters (pp: one batch of PP tokens;
+#   THREADS=2 PP=512 TG=128 REPS=3   llama-bench's parameters (pp: one batch of PP tokens;
 #                                     tg: TG tokens one at a time; REPS timed runs after a warm-up)
+#   ROUNDS=3                          runs of each engine per file, alternated (A B B A ...)
 #   BENCH_DIR=target/bench            where the generated model files go (about 5 GB)
 #   SKIP_1B=1                         only the two real models
-# Output: one table row per file with tokens/s of both, the ratios, and tg as a share of the
-# machine's streaming read bandwidth (tensor bytes one token reads, as `ollamars bench --json`
-# reports them, x tokens/s / bandwidth).
+# Output: one table row per file with tokens/s of both (the median of the rounds and their
+# range), the ratios of the medians, and tg as a share of the machine's streaming read bandwidth
+# (tensor bytes one token reads, as `ollamars bench --json` reports them, x tokens/s / bandwidth).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +25,8 @@ cd "$root"
 THREADS=${THREADS:-2}
 PP=${PP:-512}
 TG=${TG:-128}
-REPS=${REPS:-5}
+REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-3}
 BENCH_DIR=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$BENCH_DIR"
 
@@ -61,46 +63,70 @@ fi
 
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(uptime | sed 's/.*load average: //')" >&2
 
-# The streaming read bandwidth is measured right before and right after each file's runs (a few
-# seconds each: the best of 10 passes over 1 GiB on THREADS threads with the widest loads the CPU
-# has), so each tg is set against the machine's state of the same minute. On a shared VM the
-# probe can jump between two levels from one minute to the next (the two vCPUs' placement on the
-# host, as far as we can tell): tg is given against both readings, and when they disagree the
-# row cannot be read more precisely than that range.
+# The machine is shared: its memory bandwidth and its CPUs' speed move from one minute to the
+# next (the streaming-read probe below jumps between ~35 and ~60 GB/s within seconds on the
+# 2-vCPU VMs). So each file gets ROUNDS rounds of one run of each engine, in alternating order
+# (ours first in odd rounds, llama.cpp first in even ones), and the table quotes medians: a
+# change of the machine's state hits both engines alike instead of deciding the ratio. The
+# streaming read bandwidth (`membw`: the best of 5 passes over 1 GiB on THREADS threads with the
+# widest loads the CPU has) is read before the first run and after every run, so each tg run is
+# set against the readings on either side of it.
 results=$(mktemp)
+probe() { echo "P $(basename "$1") $(target/release/examples/membw "$THREADS" 1024 5)" >>"$results"; }
+run() {
+    local who=$1 f=$2 out
+    if [ "$who" = O ]; then
+        out=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json)
+    else
+        out=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS")
+    fi
+    echo "$who $(basename "$f") $out" >>"$results"
+    probe "$f"
+}
 for f in "${files[@]}"; do
-    bw=$(target/release/examples/membw "$THREADS" 1024 10)
-    echo "== $(basename "$f") (streaming read $bw GB/s)" >&2
-    ours=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json)
-    theirs=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS")
-    bw_after=$(target/release/examples/membw "$THREADS" 1024 10)
-    size=$(stat -c %s "$f")
-    echo "$(basename "$f") $size $bw $bw_after $ours $theirs" | tee -a "$results" >&2
+    echo "== $(basename "$f") ($(stat -c %s "$f") bytes)" >&2
+    probe "$f"
+    for r in $(seq "$ROUNDS"); do
+        if [ $((r % 2)) -eq 1 ]; then run O "$f"; run T "$f"; else run T "$f"; run O "$f"; fi
+    done
+    grep " $(basename "$f") " "$results" | tail -n $((4 * ROUNDS)) >&2
 done
 echo "== load after: $(uptime | sed 's/.*load average: //')" >&2
 
-python3 - "$results" "$PP" "$TG" "$THREADS" <<'PY'
-import json, sys
-path, pp, tg, threads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-dec = json.JSONDecoder()
-print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | read GB/s before / after | tg ours % of read | tg llama.cpp % |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+python3 - "$results" "$PP" "$TG" "$THREADS" "$ROUNDS" <<'PY'
+import json, statistics, sys
+path, pp, tg, threads, rounds = sys.argv[1:6]
+# Per file, in order: probe readings ("P") and runs of ours ("O") and llama.cpp ("T").
+files = {}
 for line in open(path):
-    name, size, bw0, bw1, rest = line.split(" ", 4)
-    bws = sorted([float(bw0), float(bw1)], reverse=True)
-    ours, i = dec.raw_decode(rest.strip())
-    theirs, _ = dec.raw_decode(rest.strip()[i:].strip())
+    kind, name, rest = line.split(" ", 2)
+    files.setdefault(name, []).append((kind, float(rest) if kind == "P" else json.loads(rest)))
+print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | read GB/s | tg ours % of read | tg llama.cpp % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+med = statistics.median
+for name, ev in files.items():
+    probes = [v for k, v in ev if k == "P"]
     # Bytes one token reads (every tensor but the embedding table's unused rows), as ours reports
     # them; the same file, so the same bytes for llama.cpp.
-    gb = ours.get("read_bytes", int(size)) / 1e9
-    r = lambda a, b: f"{a / b:.2f}x" if b else "-"
-    # Against the higher reading first: "88-93%" is 88% of the higher, 93% of the lower.
-    share = lambda tps: "-".join(dict.fromkeys(f"{100 * tps * gb / bw:.0f}" for bw in bws)) + "%"
-    print(f"| {name} | {ours['pp_tps']:.1f} ± {ours['pp_std']:.1f} | {theirs['pp_tps']:.1f} ± {theirs['pp_std']:.1f} | "
-          f"{r(ours['pp_tps'], theirs['pp_tps'])} | {ours['tg_tps']:.2f} ± {ours['tg_std']:.2f} | "
-          f"{theirs['tg_tps']:.2f} ± {theirs['tg_std']:.2f} | {r(ours['tg_tps'], theirs['tg_tps'])} | "
-          f"{float(bw0):.1f} / {float(bw1):.1f} | {share(ours['tg_tps'])} | {share(theirs['tg_tps'])} |")
-print(f"\n{threads} threads; tokens/s, mean ± stddev; read GB/s: engine/examples/membw just before and just after the file's runs; % of read against the higher, then the lower reading.")
+    gb = next(v["read_bytes"] for k, v in ev if k == "O") / 1e9
+    cols = {}
+    for who in "OT":
+        runs = [(i, v) for i, (k, v) in enumerate(ev) if k == who]
+        pps = [v["pp_tps"] for _, v in runs]
+        tgs = [v["tg_tps"] for _, v in runs]
+        # A run against the readings just before and just after it: when they disagree, the
+        # share is a range (against the higher, then the lower).
+        hi = [100 * v["tg_tps"] * gb / max(ev[i - 1][1], ev[i + 1][1]) for i, v in runs]
+        lo = [100 * v["tg_tps"] * gb / min(ev[i - 1][1], ev[i + 1][1]) for i, v in runs]
+        cols[who] = (pps, tgs, f"{med(hi):.0f}-{med(lo):.0f}%")
+    span = lambda xs, p: f"{med(xs):.{p}f} ({min(xs):.{p}f}-{max(xs):.{p}f})"
+    r = lambda a, b: f"{med(a) / med(b):.2f}x" if med(b) else "-"
+    (opp, otg, osh), (tpp, ttg, tsh) = cols["O"], cols["T"]
+    print(f"| {name} | {span(opp, 1)} | {span(tpp, 1)} | {r(opp, tpp)} | {span(otg, 2)} | {span(ttg, 2)} | "
+          f"{r(otg, ttg)} | {min(probes):.1f}-{max(probes):.1f} | {osh} | {tsh} |")
+print(f"\n{threads} threads; tokens/s: median of {rounds} alternated rounds (min-max), each round the mean of "
+      f"the engine's timed runs; read GB/s: engine/examples/membw before the first run and after each run "
+      f"(min-max); % of read: median over the runs of tg against the higher, then the lower reading next to the run.")
 PY
 rm -f "$results"
 
