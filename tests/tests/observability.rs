@@ -90,8 +90,9 @@ fn metrics_count_generations_tokens_loads_and_requests() {
 
 /// The time to first token is observed from the request's arrival: a body that comes 500 ms
 /// after the request's head counts, and the figure is no more than the client saw. The bound
-/// checked is 400 ms: the daemon sees the head a little after the client sent it, so the wait it
-/// measures can be a fraction of a millisecond short of the client's sleep.
+/// checked is 250 ms (the histogram's bucket below it stays empty): the daemon sees the head
+/// after the client sent it, later still on a loaded machine, so its measured wait can fall
+/// short of the client's sleep; without the wait the figure would be milliseconds.
 #[test]
 fn time_to_first_token_runs_from_arrival_to_the_first_token_sent() {
     let d = Daemon::start();
@@ -134,7 +135,7 @@ fn time_to_first_token_runs_from_arrival_to_the_first_token_sent() {
         "{text}"
     );
     let ttft = sample(&text, &metric("ollamars_time_to_first_token_seconds_sum"));
-    assert!(ttft >= 0.4, "the wait for the body is not counted: {ttft} s");
+    assert!(ttft > 0.25, "the wait for the body is not counted: {ttft} s");
     assert!(
         ttft <= seen.as_secs_f64(),
         "{ttft} s measured, the client saw {seen:?}"
