@@ -93,9 +93,10 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
     if n_tokens == 0 {
         return;
     }
+    let sides = Sides::new(pool, products, n_tokens);
     if n_tokens >= GEMM_MIN_TOKENS {
-        for p in products.iter_mut() {
-            batch(pool, isa, &p.w, p.xq, n_tokens, p.out);
+        for (i, p) in products.iter_mut().enumerate() {
+            batch(pool, isa, &p.w, p.xq, sides.get(i), n_tokens, p.out);
         }
         return;
     }
@@ -104,23 +105,9 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
     let chunk = decode_rows_per_chunk(total, pool.n_threads());
     let mut first = [0usize; MAX_FUSED + 1];
     let mut dst = [Out(std::ptr::null_mut()); MAX_FUSED];
-    let mut sides: [Option<ActSide>; MAX_FUSED] = Default::default();
     for (i, p) in products.iter_mut().enumerate() {
         first[i + 1] = first[i] + p.w.n_out.div_ceil(chunk);
         dst[i] = Out(p.out.as_mut_ptr());
-        if p.w.packed_rows > 0 {
-            let arb = row_bytes(vec_dot_type(p.w.ty), p.w.n);
-            sides[i] = Some(gemm::act_side(
-                pool,
-                p.w.ty,
-                vec_dot_type(p.w.ty),
-                p.w.n,
-                p.xq,
-                arb,
-                n_tokens,
-                super::packed::value_offset(p.w.ty),
-            ));
-        }
     }
     let n = products.len();
     let products = &*products;
@@ -135,7 +122,7 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
             // holds mutably until the step ends; the product passed `check_product`.
             unsafe {
                 if r0 < split {
-                    let side = sides[i].as_ref().expect("made for packed matrices");
+                    let side = sides.get(i).expect("made for packed matrices");
                     packed_groups(
                         isa,
                         w,
@@ -154,12 +141,75 @@ pub fn matmul_many(pool: &ThreadPool, isa: Isa, n_tokens: usize, products: &mut 
     });
 }
 
-/// One product of a batch of [`GEMM_MIN_TOKENS`] or more tokens: packed groups, then the other
-/// rows through the panel GEMM (or the row kernels for types without one).
-fn batch(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], n_tokens: usize, out: &mut [f32]) {
+/// The activations' side data of each product with packed rows ([`gemm::act_side`]), made once
+/// for all the products of one weight type: Q and K (and often V) of a layer share theirs, as
+/// do gate and up.
+struct Sides {
+    made: Vec<ActSide>,
+    /// Product `i`'s side data is `made[of[i]]`, if it has packed rows.
+    of: [Option<usize>; MAX_FUSED],
+}
+
+impl Sides {
+    fn new(pool: &ThreadPool, products: &[Product], n_tokens: usize) -> Sides {
+        let mut sides = Sides {
+            made: Vec::new(),
+            of: [None; MAX_FUSED],
+        };
+        for (i, p) in products.iter().enumerate() {
+            if p.w.packed_rows == 0 {
+                continue;
+            }
+            // The same weight type and activations (`matmul_many`'s products share `n_tokens`
+            // and, with one type, one row length) make the same side data.
+            let same = (0..i).find(|&j| {
+                let q = &products[j];
+                sides.of[j].is_some() && q.w.ty == p.w.ty && q.w.n == p.w.n && std::ptr::eq(q.xq, p.xq)
+            });
+            sides.of[i] = match same {
+                Some(j) => sides.of[j],
+                None => {
+                    let act_ty = vec_dot_type(p.w.ty);
+                    let arb = row_bytes(act_ty, p.w.n);
+                    let off = super::packed::value_offset(p.w.ty);
+                    sides.made.push(gemm::act_side(
+                        pool, p.w.ty, act_ty, p.w.n, p.xq, arb, n_tokens, off,
+                    ));
+                    Some(sides.made.len() - 1)
+                }
+            };
+        }
+        sides
+    }
+
+    fn get(&self, i: usize) -> Option<&ActSide> {
+        self.of[i].map(|k| &self.made[k])
+    }
+}
+
+/// One product of a batch of [`GEMM_MIN_TOKENS`] or more tokens: packed groups (with their side
+/// data `side`), then the other rows through the panel GEMM (or the row kernels for types without
+/// one).
+fn batch(
+    pool: &ThreadPool,
+    isa: Isa,
+    w: &Matrix,
+    xq: &[u8],
+    side: Option<&ActSide>,
+    n_tokens: usize,
+    out: &mut [f32],
+) {
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
     if w.packed_rows > 0 {
-        packed(pool, isa, w, xq, arb, n_tokens, out);
+        packed(
+            pool,
+            isa,
+            w,
+            xq,
+            side.expect("made for packed matrices"),
+            n_tokens,
+            out,
+        );
     }
     let rows = w.packed_rows..w.n_out;
     if rows.is_empty() {
@@ -290,15 +340,21 @@ fn gemm(
 }
 
 /// The packed groups: 16 rows at a time against all tokens.
-fn packed(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[u8], arb: usize, n_tokens: usize, out: &mut [f32]) {
-    let off = super::packed::value_offset(w.ty);
-    let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
+fn packed(
+    pool: &ThreadPool,
+    isa: Isa,
+    w: &Matrix,
+    xq: &[u8],
+    side: &ActSide,
+    n_tokens: usize,
+    out: &mut [f32],
+) {
     let n_groups = w.packed_rows / PANEL_ROWS;
     let dst = Out(out.as_mut_ptr());
     let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;
     pool.for_each_chunk(n_groups, chunk, |groups| {
         // SAFETY: `matmul_many` checked the product; rows of these groups are this thread's.
-        unsafe { packed_groups(isa, w, groups, xq, &side, n_tokens, dst.ptr()) };
+        unsafe { packed_groups(isa, w, groups, xq, side, n_tokens, dst.ptr()) };
     });
 }
 
@@ -598,6 +654,78 @@ mod tests {
                             "{isa} tokens={n_tokens} product {i} [{j}]: {a} vs {b}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Products of one weight type on the same activations (Q and K; gate and up) share their
+    /// side data, next to one of another type (a Q6_K V): the fused step gives every product the
+    /// bits it gets alone, for decode, a few tokens and a batch.
+    #[test]
+    fn products_sharing_activations_match_each_alone() {
+        use crate::kernels::packed;
+        let pool = ThreadPool::new(3).unwrap();
+        let mut rng = Rng::new(17);
+        let n = 512;
+        let shapes = [(GgmlType::Q4_K, 48), (GgmlType::Q4_K, 32), (GgmlType::Q6_K, 32)];
+        for isa in Isa::supported() {
+            for n_tokens in [1, 3, GEMM_MIN_TOKENS + 5] {
+                // Q4_K and Q6_K both take Q8_K activations: one buffer for all three.
+                let xq: Vec<u8> = (0..n_tokens)
+                    .flat_map(|_| random_act(&mut rng, GgmlType::Q4_K, n).1)
+                    .collect();
+                let mut data: Vec<Vec<u8>> = shapes
+                    .iter()
+                    .map(|&(ty, r)| random_rows(&mut rng, ty, n, r))
+                    .collect();
+                let packed_rows: Vec<usize> = shapes
+                    .iter()
+                    .zip(&mut data)
+                    .map(|(&(ty, r), d)| {
+                        if can_use_packed(isa, ty) {
+                            packed::pack_in_place(ty, n, d, r, &mut Vec::new())
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                let mats: Vec<Matrix> = shapes
+                    .iter()
+                    .zip(&data)
+                    .zip(&packed_rows)
+                    .map(|((&(ty, n_out), d), &packed_rows)| Matrix {
+                        ty,
+                        n,
+                        n_out,
+                        row_bytes: row_bytes(ty, n),
+                        data: d,
+                        packed_rows,
+                    })
+                    .collect();
+                let alone: Vec<Vec<f32>> = mats
+                    .iter()
+                    .map(|m| {
+                        let mut o = vec![f32::NAN; m.n_out * n_tokens];
+                        matmul(&pool, isa, m, &xq, n_tokens, &mut o);
+                        o
+                    })
+                    .collect();
+                let mut fused: Vec<Vec<f32>> =
+                    mats.iter().map(|m| vec![f32::NAN; m.n_out * n_tokens]).collect();
+                let mut products: Vec<Product> = mats
+                    .iter()
+                    .zip(&mut fused)
+                    .map(|(m, o)| Product {
+                        w: *m,
+                        xq: &xq,
+                        out: o,
+                    })
+                    .collect();
+                matmul_many(&pool, isa, n_tokens, &mut products);
+                for (i, (f, a)) in fused.iter().zip(&alone).enumerate() {
+                    let same = f.iter().zip(a).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{isa} tokens={n_tokens} product {i}");
                 }
             }
         }
