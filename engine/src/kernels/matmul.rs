@@ -160,8 +160,8 @@ impl Sides {
             if p.w.packed_rows == 0 {
                 continue;
             }
-            // The same weight type and activations (`matmul_many`'s products share `n_tokens`
-            // and, with one type, one row length) make the same side data.
+            // Side data depends on the weight type, the row length and the activations (all
+            // products of one call have the same `n_tokens`): equal ones share.
             let same = (0..i).find(|&j| {
                 let q = &products[j];
                 sides.of[j].is_some() && q.w.ty == p.w.ty && q.w.n == p.w.n && std::ptr::eq(q.xq, p.xq)
