@@ -574,6 +574,29 @@ mod tests {
         }
     }
 
+    /// Matrices of the given `(type, rows)` shapes and `n` columns over `data`, the first
+    /// `packed_rows[i]` rows of matrix `i` packed.
+    fn matrices<'a>(
+        shapes: &[(GgmlType, usize)],
+        n: usize,
+        data: &'a [Vec<u8>],
+        packed_rows: &[usize],
+    ) -> Vec<Matrix<'a>> {
+        shapes
+            .iter()
+            .zip(data)
+            .zip(packed_rows)
+            .map(|((&(ty, n_out), d), &packed_rows)| Matrix {
+                ty,
+                n,
+                n_out,
+                row_bytes: row_bytes(ty, n),
+                data: d,
+                packed_rows,
+            })
+            .collect()
+    }
+
     /// Fused products (different types and sizes, as Q/K/V of a real model; packed where the
     /// tier has packed kernels, with a row-major tail) give each matrix's own result, on the
     /// fused decode step and on the one-by-one batch path.
@@ -598,18 +621,7 @@ mod tests {
                             .collect()
                     })
                     .collect();
-                let mats: Vec<Matrix> = shapes
-                    .iter()
-                    .zip(&data)
-                    .map(|(&(ty, n_out), d)| Matrix {
-                        ty,
-                        n,
-                        n_out,
-                        row_bytes: row_bytes(ty, n),
-                        data: d,
-                        packed_rows: 0,
-                    })
-                    .collect();
+                let mats = matrices(&shapes, n, &data, &[0; 3]);
                 let mut want: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n_out * n_tokens]).collect();
                 for ((m, x), o) in mats.iter().zip(&xq).zip(&mut want) {
                     for t in 0..n_tokens {
@@ -690,19 +702,7 @@ mod tests {
                         }
                     })
                     .collect();
-                let mats: Vec<Matrix> = shapes
-                    .iter()
-                    .zip(&data)
-                    .zip(&packed_rows)
-                    .map(|((&(ty, n_out), d), &packed_rows)| Matrix {
-                        ty,
-                        n,
-                        n_out,
-                        row_bytes: row_bytes(ty, n),
-                        data: d,
-                        packed_rows,
-                    })
-                    .collect();
+                let mats = matrices(&shapes, n, &data, &packed_rows);
                 let alone: Vec<Vec<f32>> = mats
                     .iter()
                     .map(|m| {

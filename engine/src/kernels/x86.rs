@@ -1350,41 +1350,39 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     }
 }
 
-/// [`prefetch_ahead`] for part `j` of `parts` of a `tile`-byte tile at `p`: its lines split
-/// evenly over the parts. A K-quant tile (2304-3360 bytes) is computed on for a long time, and
+/// [`prefetch_ahead`] for sub-block `j` of a `T` tile at `p`: the tile's lines split evenly
+/// over its sub-blocks. A K-quant tile (2304-3360 bytes) is computed on for a long time, and
 /// prefetching all its 36-53 lines at its start fills the core's line fill buffers at once, so
 /// the prefetches (and the loads behind them) wait; one part per sub-block keeps as many reads
 /// in flight all along. Out of cache, one thread (`PACKED=1 THREADS=1 kernel_bench 1 stream`):
 /// Q4_K 47.0-48.2 -> 39.9-40.7 ms per 545 MB, Q6_K 69.0-69.8 -> 57.4-59.0 ms per 795 MB.
-/// `at` is the tile's offset in its group of `group_bytes`; see [`next_stream`].
+/// `at` is the tile's offset in its group; see [`next_stream`].
 #[inline(always)]
-unsafe fn prefetch_part<const R: usize>(
-    p: *const u8,
-    tile: usize,
-    j: usize,
-    parts: usize,
-    at: usize,
-    group_bytes: usize,
-    gstride: usize,
-) {
-    let lines = tile.div_ceil(64);
-    let (l0, l1) = (j * lines / parts, (j + 1) * lines / parts);
-    let p = next_stream::<R>(p, at + 64 * l0, group_bytes, gstride);
+unsafe fn prefetch_part<T: SbType, const R: usize>(p: *const u8, j: usize, at: usize, groups: Groups) {
+    let lines = T::TILE.div_ceil(64);
+    let (l0, l1) = (j * lines / T::SUBS, (j + 1) * lines / T::SUBS);
+    let p = next_stream::<R>(p, at + 64 * l0, groups);
     prefetch_ahead(p.wrapping_add(64 * l0), 64 * (l1 - l0));
 }
 
-/// Where stream `p` (at offset `at` of its group of `group_bytes`) prefetches from: a decode
-/// kernel reads `R` groups `gstride` apart side by side and the next call of the chunk goes on
-/// with the `R` groups after them, so once [`PREFETCH_BYTES`] reaches past a group's end the
-/// stream's next lines are `R` groups on, not in the next group (which another stream of this
-/// call has been reading all along). Without this, every pair's second group started cold: one
-/// thread out of cache (`CPU_TIME=1 PACKED=1 THREADS=1 kernel_bench 1 stream`, 16 runs alternated
-/// with the old code on a busy machine), median time ratio Q6_K 0.90, Q4_0 0.95, Q8_0 0.96, Q4_K
-/// 1.00.
+/// Where a decode kernel's streams lie: packed groups of `bytes` bytes, `stride` bytes apart.
+#[derive(Clone, Copy)]
+struct Groups {
+    bytes: usize,
+    stride: usize,
+}
+
+/// Where stream `p` (at offset `at` of its group) prefetches from: a decode kernel reads `R`
+/// groups side by side and the next call of the chunk goes on with the `R` groups after them,
+/// so once [`PREFETCH_BYTES`] reaches past a group's end the stream's next lines are `R` groups
+/// on, not in the next group (which another stream of this call has been reading all along).
+/// Without this, every pair's second group started cold: one thread out of cache
+/// (`CPU_TIME=1 PACKED=1 THREADS=1 kernel_bench 1 stream`, 16 runs alternated with the old code
+/// on a busy machine), median time ratio Q6_K 0.90, Q4_0 0.95, Q8_0 0.96, Q4_K 1.00.
 #[inline(always)]
-fn next_stream<const R: usize>(p: *const u8, at: usize, group_bytes: usize, gstride: usize) -> *const u8 {
-    if R > 1 && at + PREFETCH_BYTES >= group_bytes {
-        p.wrapping_add((R - 1) * gstride)
+fn next_stream<const R: usize>(p: *const u8, at: usize, groups: Groups) -> *const u8 {
+    if R > 1 && at + PREFETCH_BYTES >= groups.bytes {
+        p.wrapping_add((R - 1) * groups.stride)
     } else {
         p
     }
@@ -1410,6 +1408,10 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
     let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let groups = Groups {
+        bytes: g.n_tiles * T::TILE,
+        stride: gstride,
+    };
     let mut accf = [_mm512_setzero_ps(); R];
     let mut w = [[_mm512_setzero_si512(); 8]; R];
     for tile in 0..g.n_tiles {
@@ -1419,7 +1421,7 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
         let mut st = [T::state(tp[0]); R];
         for r in 0..R {
             let at = tile * T::TILE;
-            prefetch_ahead(next_stream::<R>(tp[r], at, g.n_tiles * T::TILE, gstride), T::TILE);
+            prefetch_ahead(next_stream::<R>(tp[r], at, groups), T::TILE);
             if r > 0 {
                 st[r] = T::state(tp[r]);
             }
@@ -1765,6 +1767,10 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let groups = Groups {
+        bytes: g.n_tiles * T::TILE,
+        stride: gstride,
+    };
     let mut accf = [_mm512_setzero_ps(); R];
     for tile in 0..g.n_tiles {
         // Plain loops, not `array::from_fn`: a closure's body would not get this function's
@@ -1777,8 +1783,7 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
         let mut accs = [_mm512_setzero_ps(); R];
         for j in 0..T::SUBS {
             for p in tp {
-                let at = tile * T::TILE;
-                prefetch_part::<R>(p, T::TILE, j, T::SUBS, at, g.n_tiles * T::TILE, gstride);
+                prefetch_part::<T, R>(p, j, tile * T::TILE, groups);
             }
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
