@@ -85,8 +85,7 @@ fn bench(name: &str, f: &mut dyn FnMut(), reps: usize) -> f64 {
 }
 
 /// A byte buffer aligned to 2 MiB, backed by transparent huge pages when `huge` (Linux, where
-/// the kernel allows), else by the 4 KiB pages a copy-on-write file mapping (the model's packed
-/// weights) has.
+/// the kernel allows), as a loaded model's packed weights are, else by 4 KiB pages.
 struct Weights {
     raw: Vec<u8>,
     start: usize,

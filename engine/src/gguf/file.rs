@@ -5,7 +5,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::Mmap;
 
 use super::reader::{self, Header, TensorInfo};
 use super::value::Metadata;
@@ -20,24 +20,10 @@ pub const SPLIT_TENSORS_COUNT: &str = "split.tensors.count";
 /// One GGUF file mapped into memory.
 pub struct GgufFile {
     path: PathBuf,
-    map: Map,
+    /// Kept open for positioned reads ([`GgufFile::read_tensor_data`]).
+    file: File,
+    map: Mmap,
     header: Header,
-}
-
-/// A file's mapping: shared read-only, or private copy-on-write (see [`Gguf::make_writable`]).
-enum Map {
-    Shared(Mmap),
-    Private(MmapMut),
-}
-
-impl std::ops::Deref for Map {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Map::Shared(m) => m,
-            Map::Private(m) => m,
-        }
-    }
 }
 
 impl GgufFile {
@@ -62,27 +48,10 @@ impl GgufFile {
         let header = reader::parse(&map).map_err(|e| e.in_file(&path))?;
         Ok(GgufFile {
             path,
-            map: Map::Shared(map),
+            file,
+            map,
             header,
         })
-    }
-
-    /// Maps the file again, privately: pages written later are copied for this process (the
-    /// file itself is never written), pages only read stay shared with the page cache.
-    fn make_writable(&mut self) -> Result<()> {
-        if matches!(self.map, Map::Private(_)) {
-            return Ok(());
-        }
-        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        // SAFETY: as in `open`; a private mapping never writes to the file.
-        let map = unsafe { MmapOptions::new().map_copy(&file) }.map_err(|e| Error::io(&self.path, e))?;
-        if map.len() != self.map.len() {
-            return Err(
-                Error::UnsupportedFormat("the file changed while it was open".into()).in_file(&self.path),
-            );
-        }
-        self.map = Map::Private(map);
-        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -97,6 +66,45 @@ impl GgufFile {
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
         let start = (self.header.data_offset + t.offset) as usize;
         &self.map[start..start + t.size as usize]
+    }
+
+    /// Unmaps this process's pages of the file (Linux; elsewhere a no-op). The page cache keeps
+    /// them and a later read maps the same bytes again: for when the loader has copied what it
+    /// needs, so that memory counts only what is read again.
+    pub fn release_pages(&self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: the range is this read-only shared mapping; for such a mapping MADV_DONTNEED
+        // only unmaps pages, and the next read of them maps the file's same bytes.
+        unsafe {
+            libc::madvise(self.map.as_ptr() as *mut _, self.map.len(), libc::MADV_DONTNEED);
+        }
+    }
+
+    /// Copies the `out.len()` bytes of tensor `t`'s data from its byte `at` into `out`, with a
+    /// positioned read of the file (Unix) rather than through the mapping, so that the bytes
+    /// copied never become mapped pages of this process (its memory then holds them once).
+    ///
+    /// # Panics
+    /// If the range is not within the tensor's data.
+    pub fn read_tensor_data(&self, t: &TensorInfo, at: usize, out: &mut [u8]) -> Result<()> {
+        assert!(
+            at.checked_add(out.len()).is_some_and(|end| end as u64 <= t.size),
+            "a range outside the tensor's data"
+        );
+        let start = self.header.data_offset + t.offset + at as u64;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file
+                .read_exact_at(out, start)
+                .map_err(|e| Error::io(&self.path, e))
+        }
+        #[cfg(not(unix))]
+        {
+            let start = start as usize;
+            out.copy_from_slice(&self.map[start..start + out.len()]);
+            Ok(())
+        }
     }
 
     pub fn len(&self) -> u64 {
@@ -236,21 +244,14 @@ impl Gguf {
         self.files[t.file].tensor_data(&t.info)
     }
 
-    /// Remaps every part privately (copy-on-write), so that [`Gguf::tensor_data_mut`] can
-    /// rewrite tensors in memory (the engine repacks weights at load) without touching the file.
-    pub fn make_writable(&mut self) -> Result<()> {
-        self.files.iter_mut().try_for_each(GgufFile::make_writable)
+    /// [`GgufFile::release_pages`] of every part.
+    pub fn release_pages(&self) {
+        self.files.iter().for_each(GgufFile::release_pages);
     }
 
-    /// The bytes of tensor `i`, writable after [`Gguf::make_writable`] (`None` before).
-    pub fn tensor_data_mut(&mut self, i: usize) -> Option<&mut [u8]> {
-        let t = &self.tensors[i];
-        let f = &mut self.files[t.file];
-        let start = (f.header.data_offset + t.info.offset) as usize;
-        match &mut f.map {
-            Map::Private(m) => Some(&mut m[start..start + t.info.size as usize]),
-            Map::Shared(_) => None,
-        }
+    /// [`GgufFile::read_tensor_data`] of the part that holds `t`.
+    pub fn read_tensor_data(&self, t: &Tensor, at: usize, out: &mut [u8]) -> Result<()> {
+        self.files[t.file].read_tensor_data(&t.info, at, out)
     }
 
     /// Total size of all parts in bytes.

@@ -1,12 +1,12 @@
-//! Row-interleaved ("packed") weight layouts, rewritten in place at load.
+//! Row-interleaved ("packed") weight layouts, made at load.
 //!
 //! A decode step multiplies every weight matrix with one vector, and with the file's row-major
 //! layout each block costs a scale conversion, a multiply and a reduction per row. Packing puts 16
 //! rows side by side: for each block position, the 16 rows' scales together, then their quants
 //! interleaved four elements at a time, so that one 64-byte load feeds a `vpdpbusd` (or four NEON
 //! `sdot`) for all 16 rows and one f32 multiply-add scales 16 rows. A packed group of 16 rows takes
-//! exactly the bytes of the 16 rows it replaces, so packing happens in place (in a private
-//! copy-on-write mapping) and memory stays the file's size.
+//! exactly the bytes of the 16 rows it replaces, so packing happens in place (in the model's copy
+//! of the matrix, `model::pack`) and memory stays the file's size.
 //!
 //! Layouts, per group of 16 rows and per block (super-block for K-quants), "tile" for short.
 //! `S[k]` is a step of four elements (4k..4k+4) for all rows: 64 bytes, row `r` at `4r..4r+4`.

@@ -148,10 +148,14 @@ impl Model {
     pub(crate) fn view(&self, w: &Weight) -> WeightView<'_> {
         let t = &self.gguf.tensors()[w.tensor];
         let rows = t.info.dims[1] as usize;
-        WeightView::new(w.ty, w.n_in, rows, self.gguf.tensor_data(t))
+        let data = self
+            .packed
+            .data(w.tensor)
+            .unwrap_or_else(|| self.gguf.tensor_data(t));
+        WeightView::new(w.ty, w.n_in, rows, data)
             .expect("shapes were checked at load")
             .rows(w.row0..w.row0 + w.n_out)
-            .with_packed_rows(self.packed_rows[w.tensor])
+            .with_packed_rows(self.packed.rows(w.tensor))
     }
 
     fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {

@@ -40,8 +40,8 @@ pub struct Model {
     arch: &'static arch::Arch,
     hp: HParams,
     w: Weights,
-    /// Per tensor, how many of its first rows were repacked at load ([`pack`]).
-    packed_rows: Vec<usize>,
+    /// The matrices repacked at load ([`pack`]).
+    packed: pack::PackedWeights,
 }
 
 /// What a context of a given size will take in memory, in bytes.
@@ -65,7 +65,7 @@ impl Model {
     /// there with the right shape, or the error names what is missing or wrong.
     pub fn load(path: impl AsRef<Path>, _params: &ModelParams) -> Result<Arc<Model>> {
         let mut model = Model::from_gguf(Gguf::open(path)?)?;
-        pack::pack_weights(&mut model)?;
+        model.packed = pack::pack_weights(&model)?;
         Ok(Arc::new(model))
     }
 
@@ -91,13 +91,13 @@ impl Model {
         };
         let hp = HParams::read(arch, meta, n_vocab)?;
         let w = Weights::load(arch, &hp, &gguf)?;
-        let packed_rows = vec![0; gguf.tensors().len()];
+        let packed = pack::PackedWeights::none(gguf.tensors().len());
         Ok(Model {
             gguf,
             arch,
             hp,
             w,
-            packed_rows,
+            packed,
         })
     }
 
