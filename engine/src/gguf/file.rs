@@ -73,11 +73,11 @@ impl GgufFile {
     /// needs, so that memory counts only what is read again.
     pub fn release_pages(&self) {
         #[cfg(target_os = "linux")]
-        // SAFETY: the range is this read-only shared mapping; for such a mapping MADV_DONTNEED
-        // only unmaps pages, and the next read of them maps the file's same bytes.
-        unsafe {
-            libc::madvise(self.map.as_ptr() as *mut _, self.map.len(), libc::MADV_DONTNEED);
-        }
+        // SAFETY: this is a read-only shared mapping of the file; for such a mapping
+        // MADV_DONTNEED only unmaps pages, and the next read of them maps the file's same bytes,
+        // so what a borrow of the mapping sees does not change. Only a hint: an error changes
+        // nothing.
+        let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     }
 
     /// Copies the `out.len()` bytes of tensor `t`'s data from its byte `at` into `out`, with a

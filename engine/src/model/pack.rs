@@ -19,9 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use rayon::prelude::*;
-
 use memmap2::{MmapMut, MmapOptions};
+use rayon::prelude::*;
 
 use super::weights::Weight;
 use super::Model;
@@ -129,7 +128,10 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
         .map_err(|e| Error::io(path, e))?;
     let addr = map.as_ptr() as usize;
     let base = addr.next_multiple_of(HUGE_PAGE) - addr;
-    advise_huge_pages(&mut map[base..]);
+    // Only a hint: where the system says `never` (or off Linux) the memory works the same and
+    // decode reads it a little slower.
+    #[cfg(target_os = "linux")]
+    let _ = map.advise_range(memmap2::Advice::HugePage, base, end);
     for (t, w) in todo {
         let slot = &mut out.slots[t];
         slot.at += base;
@@ -158,18 +160,6 @@ const CHUNK_BYTES: usize = 256 << 10;
 
 /// The transparent huge page size (x86-64, and arm64 with 4 KiB pages).
 const HUGE_PAGE: usize = 2 << 20;
-
-/// Asks for transparent huge pages for `mem` (Linux; elsewhere, and where the system says
-/// `never`, a no-op: the memory works the same, only decode reads it a little slower).
-fn advise_huge_pages(mem: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: the range is memory this process owns; the advice changes no contents.
-    unsafe {
-        libc::madvise(mem.as_mut_ptr().cast(), mem.len(), libc::MADV_HUGEPAGE);
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = mem;
-}
 
 /// A use of tensor `t` as a matrix.
 fn find(model: &Model, t: usize) -> Option<&Weight> {
