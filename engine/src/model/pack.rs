@@ -110,20 +110,12 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     // the file with positioned reads, and only what is read through the mapping later (rows of
     // an embedding that is not packed) is mapped again.
     model.gguf.release_pages();
-    // Slots 64-byte aligned (the kernels' loads), from a 2 MiB boundary of the mapping.
-    let mut end = 0;
-    for &(t, _) in &todo {
-        let len = tensors[t].info.size as usize;
-        out.slots[t] = Slot {
-            rows: 0,
-            at: end,
-            len,
-        };
-        end = (end + len).next_multiple_of(64);
-    }
+    // Each tensor 64-byte aligned (the kernels' loads), from a 2 MiB boundary of the mapping.
+    let slot_len = |t: usize| (tensors[t].info.size as usize).next_multiple_of(64);
+    let total: usize = todo.iter().map(|&(t, _)| slot_len(t)).sum();
     let path = model.gguf.files()[0].path();
     let mut map = MmapOptions::new()
-        .len(end + HUGE_PAGE)
+        .len(total + HUGE_PAGE)
         .map_anon()
         .map_err(|e| Error::io(path, e))?;
     let addr = map.as_ptr() as usize;
@@ -131,16 +123,16 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     // Only a hint: where the system says `never` (or off Linux) the memory works the same and
     // decode reads it a little slower.
     #[cfg(target_os = "linux")]
-    let _ = map.advise_range(memmap2::Advice::HugePage, base, end);
+    let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
+    let mut at = base;
     for (t, w) in todo {
-        let slot = &mut out.slots[t];
-        slot.at += base;
-        let dst = &mut map[slot.at..slot.at + slot.len];
+        let len = tensors[t].info.size as usize;
         let rb = w.ty.row_bytes(w.n_in as u64).expect("checked at load") as usize;
         let rows = w.n_out / packed::GROUP * packed::GROUP;
         let group_bytes = packed::GROUP * rb;
         let chunk = CHUNK_BYTES.div_ceil(group_bytes) * group_bytes;
-        dst.par_chunks_mut(chunk)
+        map[at..at + len]
+            .par_chunks_mut(chunk)
             .enumerate()
             .try_for_each_init(Vec::new, |scratch, (i, dst)| {
                 model.gguf.read_tensor_data(&tensors[t], i * chunk, dst)?;
@@ -148,7 +140,8 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
                 packed::pack_in_place(w.ty, w.n_in, &mut dst[..packed_len], packed_len / rb, scratch);
                 Ok::<_, Error>(())
             })?;
-        slot.rows = rows;
+        out.slots[t] = Slot { rows, at, len };
+        at += slot_len(t);
     }
     out.map = Some(map);
     Ok(out)
