@@ -69,6 +69,13 @@ impl Model {
         Ok(Arc::new(model))
     }
 
+    /// Waits until the packed weights have moved to huge pages, which a background thread does
+    /// after [`Model::load`] while the model already runs: what follows then measures the
+    /// steady state (`ollamars bench`).
+    pub fn wait_for_huge_pages(&self) {
+        self.packed.wait_for_huge_pages();
+    }
+
     pub fn from_gguf(gguf: Gguf) -> Result<Model> {
         let meta = gguf.metadata();
         let name = meta.require("general.architecture", meta.get_str("general.architecture"))?;

@@ -8,16 +8,23 @@
 //!
 //! Packed matrices live in anonymous memory of their own ([`PackedWeights`]), read from the file
 //! (not through its mapping, whose pages would then count twice) and packed there, so memory
-//! stays the file's size and the file mapping keeps the file's bytes. That memory asks for
+//! stays the file's size and the file mapping keeps the file's bytes. That memory then moves to
 //! transparent huge pages: decode streams every weight once per token, and on this project's
 //! 2-core machine two threads stream the packed matrices at 83-91% of the `membw` probe on 4 KiB
 //! pages and at 91-97% on 2 MiB pages (`PACKED=1 kernel_bench 2 stream`, `HUGE=0/1`, Q4_K and
-//! Q6_K); whole models decode 3-6% faster (median of 12-16 alternated pairs). Only
+//! Q6_K); whole models decode 3-6% faster (median of 12-16 alternated pairs). But the memory is
+//! filled on 4 KiB pages and collapsed into huge pages by a background thread afterwards
+//! ([`HugePages`]): on a VM whose host takes back the guest's free memory, faulting in fresh huge
+//! pages was most of a load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge
+//! pages at fill, 0.21-0.24 s with 4 KiB pages). Only
 //! tensors used as whole matrices are packed (a fused tensor read as row ranges stays
 //! row-major); a tied embedding is packed as the output layer and its rows are unpacked when
 //! looked up. `OLLAMARS_PACK=0` keeps every matrix row-major.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use memmap2::{MmapMut, MmapOptions};
 use rayon::prelude::*;
@@ -36,6 +43,9 @@ fn enabled() -> bool {
 /// A model's packed matrices: each in one anonymous mapping of their own, with the rows of each
 /// tensor that are packed.
 pub(super) struct PackedWeights {
+    /// The thread moving `map` to huge pages, while it runs. Declared (so dropped) before
+    /// `map`: dropping it waits for the thread.
+    huge: Option<HugePages>,
     /// The packed tensors' bytes (`None` when nothing is packed).
     map: Option<MmapMut>,
     slots: Vec<Slot>,
@@ -55,6 +65,15 @@ impl PackedWeights {
         PackedWeights {
             map: None,
             slots: vec![Slot::default(); n_tensors],
+            huge: None,
+        }
+    }
+
+    /// Waits until the packed weights are on huge pages (or the system declined them), for
+    /// measurements of the steady state.
+    pub(super) fn wait_for_huge_pages(&self) {
+        if let Some(h) = &self.huge {
+            h.join();
         }
     }
 
@@ -120,10 +139,9 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
         .map_err(|e| Error::io(path, e))?;
     let addr = map.as_ptr() as usize;
     let base = addr.next_multiple_of(HUGE_PAGE) - addr;
-    // Only a hint: where the system says `never` (or off Linux) the memory works the same and
-    // decode reads it a little slower.
+    // Filled on 4 KiB pages, even where the system gives huge pages to all memory (see above).
     #[cfg(target_os = "linux")]
-    let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
+    let _ = map.advise_range(memmap2::Advice::NoHugePage, base, total);
     let mut at = base;
     for (t, w) in todo {
         let len = tensors[t].info.size as usize;
@@ -143,8 +161,76 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
         out.slots[t] = Slot { rows, at, len };
         at += slot_len(t);
     }
+    // Only a hint: where the system says `never` (or off Linux) the memory works the same and
+    // decode reads it a little slower.
+    #[cfg(target_os = "linux")]
+    {
+        let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
+        out.huge = HugePages::collapse(&map, base, total);
+    }
     out.map = Some(map);
     Ok(out)
+}
+
+/// A thread that collapses the packed weights' 4 KiB pages into huge pages
+/// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time, while the model already runs: for
+/// Gemma 3 270M's 234 MB about 0.7 s of one core (a fresh huge page costs that much on this
+/// project's VM). The contents never change, so readers see the same bytes throughout. The
+/// thread stops early when the weights are dropped, which waits for it: the mapping outlives it.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct HugePages {
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl HugePages {
+    #[cfg(target_os = "linux")]
+    fn collapse(map: &MmapMut, base: usize, total: usize) -> Option<HugePages> {
+        /// From Linux's uapi `mman-common.h` (not in every libc target's bindings).
+        const MADV_COLLAPSE: libc::c_int = 25;
+        let stop = Arc::new(AtomicBool::new(false));
+        let start = map.as_ptr() as usize + base;
+        let thread = std::thread::Builder::new()
+            .name("ollamars-hugepages".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    for at in (start..start + total).step_by(HUGE_PAGE) {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let len = HUGE_PAGE.min(start + total - at);
+                        // SAFETY: the range is inside the mapping, which `Drop` keeps mapped
+                        // until this thread has returned; collapsing changes no byte of it.
+                        let r = unsafe { libc::madvise(at as *mut libc::c_void, len, MADV_COLLAPSE) };
+                        // An older kernel does not know the advice; other failures (no free
+                        // huge page just now, a partial last page) leave that range as it is.
+                        if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                            return;
+                        }
+                    }
+                }
+            })
+            .ok()?;
+        Some(HugePages {
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn join(&self) {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join();
+    }
 }
 
 /// Bytes read and packed per task: small enough that they are still in cache when they are
@@ -185,6 +271,7 @@ mod tests {
             let path = tiny.join(name);
             let file = std::fs::read(&path).unwrap();
             let model = Model::load(&path, &ModelParams::default()).unwrap();
+            model.wait_for_huge_pages();
             let mut n_packed = 0;
             for (t, tensor) in model.gguf.tensors().iter().enumerate() {
                 let start =
@@ -229,5 +316,35 @@ mod tests {
             let packs = can_use_packed(Isa::active(), GgmlType::Q4_K) && enabled();
             assert_eq!(n_packed > 0, packs, "{name}: {n_packed} tensors packed");
         }
+    }
+
+    /// Moving memory to huge pages leaves every byte as it was, and dropping the mover while it
+    /// works stops it before the memory can go (the drop waits for the thread).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn collapsing_into_huge_pages_keeps_the_bytes_and_stops_on_drop() {
+        let len = 8 * HUGE_PAGE + 4096;
+        let mut map = MmapOptions::new().len(len + HUGE_PAGE).map_anon().unwrap();
+        let base = (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
+        let byte = |i: usize| (i * 7 % 251) as u8;
+        for (i, b) in map[base..base + len].iter_mut().enumerate() {
+            *b = byte(i);
+        }
+        let _ = map.advise_range(memmap2::Advice::HugePage, base, len);
+        let huge = HugePages::collapse(&map, base, len).expect("a thread");
+        huge.join();
+        huge.join();
+        drop(huge);
+        assert!(map[base..base + len]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == byte(i)));
+        for _ in 0..4 {
+            drop(HugePages::collapse(&map, base, len).expect("a thread"));
+        }
+        assert!(map[base..base + len]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == byte(i)));
     }
 }
