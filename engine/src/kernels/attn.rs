@@ -8,8 +8,8 @@
 //! [`exp_neg`](super::exp::exp_neg) is a polynomial of fused multiply-adds), so the tiers give the same bits, and a
 //! query gives the same bits whatever tile it is evaluated in.
 //!
-//! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` a multiple of [`LANES`],
-//! padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key / value rows of the
+//! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` from
+//! [`padded_queries`], padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key / value rows of the
 //! block's cells (`dvp` a multiple of [`LANES`]); `s[c * nqp + i]` the scores or weights.
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
@@ -20,16 +20,38 @@ use super::Isa;
 /// Queries are padded to a multiple of this many lanes (one AVX-512 vector, two AVX2 ones).
 pub const LANES: usize = 16;
 
+/// Query lanes for a tile of `nq` queries: 8 for at most 8 (a decode step's heads of one KV
+/// head: Gemma 3 has 4, Llama 2/TinyLlama 8), which the AVX-512 tier then runs on the AVX2
+/// kernels' 8-lane vectors (the same bits) instead of computing 16 lanes, half or more of them
+/// padding; otherwise a multiple of [`LANES`].
+pub fn padded_queries(nq: usize) -> usize {
+    if nq <= LANES / 2 {
+        LANES / 2
+    } else {
+        nq.div_ceil(LANES) * LANES
+    }
+}
+
+/// The tier that runs a lane-wise kernel on `nqp` query lanes: AVX-512's kernels step 16 lanes.
+fn lane_tier(isa: Isa, nqp: usize) -> Isa {
+    if isa == Isa::Avx512 && !nqp.is_multiple_of(LANES) {
+        Isa::Avx2
+    } else {
+        isa
+    }
+}
+
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
 /// `d` order from 0).
 pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize, s: &mut [f32]) {
     assert!(
-        nqp.is_multiple_of(LANES) && s.len() >= nc * nqp,
+        nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp,
         "attn: score block layout"
     );
     assert!(qt.len() >= dk * nqp && k.len() >= nc * dk, "attn: scores sizes");
-    match isa {
-        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+    match lane_tier(isa, nqp) {
+        // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
+        // are checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::scores_avx512(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
         #[cfg(target_arch = "x86_64")]
@@ -53,9 +75,10 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize,
 /// maximum and `m' = max(m, mb)`, `l = l * e^(m - m') + sum_c e^(s_c - m')` (the sum in cell order)
 /// and `m = m'`; lanes whose `m'` is -inf (nothing visible yet) keep their values.
 pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l: &mut [f32]) {
-    assert!(nqp.is_multiple_of(LANES) && s.len() >= nc * nqp && m.len() >= nqp && l.len() >= nqp);
-    match isa {
-        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+    assert!(nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp && m.len() >= nqp && l.len() >= nqp);
+    match lane_tier(isa, nqp) {
+        // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
+        // are checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
         #[cfg(target_arch = "x86_64")]
@@ -81,9 +104,10 @@ pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l:
 /// Softmax weights in place: `s = e^(s - m) * inv` per lane, rounded to f16 (and back) when
 /// `round_f16` (as llama.cpp weights an F16 value cache).
 pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], inv: &[f32], round_f16: bool) {
-    assert!(nqp.is_multiple_of(LANES) && s.len() >= nc * nqp && m.len() >= nqp && inv.len() >= nqp);
-    match isa {
-        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+    assert!(nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp && m.len() >= nqp && inv.len() >= nqp);
+    match lane_tier(isa, nqp) {
+        // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
+        // are checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe {
             x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
@@ -126,7 +150,7 @@ pub fn weighted_values(
     nc: usize,
     acc: &mut [f32],
 ) {
-    assert!(nqp.is_multiple_of(LANES) && dvp.is_multiple_of(LANES) && nq <= nqp);
+    assert!(dvp.is_multiple_of(LANES) && nq <= nqp);
     assert!(p.len() >= nc * nqp && v.len() >= nc * dvp && acc.len() >= nq * dvp);
     match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
@@ -348,6 +372,12 @@ mod x86 {
         j: usize,
     ) {
         let mut c = 0;
+        // One query vector (decode, a few heads per KV head) has eight cells' chains of
+        // multiply-adds in flight: four would wait on the FMA latency.
+        while Q == 1 && c + 8 <= nc {
+            scores_tile::<V, 1, 8>(qt, nqp, k, dk, s, j, c);
+            c += 8;
+        }
         while c + 4 <= nc {
             scores_tile::<V, Q, 4>(qt, nqp, k, dk, s, j, c);
             c += 4;

@@ -294,3 +294,56 @@ fn activation_side_sums_are_the_quant_sums() {
         }
     }
 }
+
+/// The attention kernels' lane-wise steps and the f16 row conversion, every tier against the
+/// scalar code, bit for bit: with 8 query lanes (which AVX-512 runs on 8-lane vectors), 16 and
+/// 48, cell counts around the 8- and 4-cell score tiles, rows of odd lengths.
+#[test]
+fn attention_kernels_match_the_scalar_code_bitwise() {
+    let mut rng = Rng::new(31);
+    for n in [1, 7, 8, 15, 16, 17, 40, 64, 255, 256, 259] {
+        let src: Vec<u8> = (0..n)
+            .flat_map(|_| f16::from_f32(rng.f32() * 8.0).to_bits().to_le_bytes())
+            .collect();
+        let mut want = vec![0f32; n];
+        attn::f16_row(Isa::Scalar, &src, &mut want);
+        for isa in Isa::supported() {
+            let mut got = vec![f32::NAN; n];
+            attn::f16_row(isa, &src, &mut got);
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa} f16 row of {n}"
+            );
+        }
+    }
+    for nq in [3, 8, 9, 16, 40] {
+        let nqp = attn::padded_queries(nq);
+        assert!(nqp >= nq && nqp.is_multiple_of(8));
+        for (dk, nc) in [(64, 1), (40, 7), (64, 8), (80, 13), (256, 21)] {
+            let qt: Vec<f32> = (0..dk * nqp).map(|_| rng.f32()).collect();
+            let k: Vec<f32> = (0..nc * dk).map(|_| rng.f32()).collect();
+            let run = |isa: Isa| {
+                let mut s = vec![f32::NAN; nc * nqp];
+                attn::scores(isa, &qt, nqp, &k, dk, nc, &mut s);
+                let (mut m, mut l) = (vec![f32::NEG_INFINITY; nqp], vec![0f32; nqp]);
+                attn::block_stats(isa, &s, nqp, nc, &mut m, &mut l);
+                let inv: Vec<f32> = l.iter().map(|&l| 1.0 / l).collect();
+                let mut w = s.clone();
+                attn::weights(isa, &mut w, nqp, nc, &m, &inv, true);
+                [s, m, l, w]
+            };
+            let want = run(Isa::Scalar);
+            for isa in Isa::supported() {
+                for (what, (got, want)) in ["scores", "max", "sum", "weights"]
+                    .iter()
+                    .zip(run(isa).iter().zip(&want))
+                {
+                    assert!(
+                        got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa} {what}: nq {nq} dk {dk} cells {nc}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -320,7 +320,7 @@ pub fn attend_tile_isa<'o>(
     let n_rows = q.len();
     let n_heads = heads.len();
     let nq = n_rows * n_heads;
-    let nqp = nq.div_ceil(LANES) * LANES;
+    let nqp = k::padded_queries(nq);
     let dvp = dv.div_ceil(LANES) * LANES;
     let round_f16 = kv.ty == GgmlType::F16;
     let sc = scratch;
