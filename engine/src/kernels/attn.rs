@@ -9,8 +9,9 @@
 //! query gives the same bits whatever tile it is evaluated in.
 //!
 //! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` from
-//! [`padded_queries`], padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key / value rows of the
-//! block's cells (`dvp` a multiple of [`LANES`]); `s[c * nqp + i]` the scores or weights.
+//! [`padded_queries`], padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key /
+//! value rows of the block's cells (`dvp` a multiple of [`LANES`]); `s[c * nqp + i]` the scores
+//! or weights.
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
