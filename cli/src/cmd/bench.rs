@@ -98,7 +98,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.model, &ModelParams::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
     let read_bytes = model.decode_read_bytes();
-    let loaded = model.clone();
     let n_ctx = (args.n_prompt.max(args.n_gen).max(1)) as u32;
     let mut ctx = Context::new(
         model,
@@ -116,7 +115,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     ctx.decode(&Batch::from_tokens(&[0], 0, 0))?;
     let first_token = start.elapsed().as_secs_f64();
     // The speeds are the steady state's, after the load's background work (under a second).
-    loaded.wait_for_huge_pages();
+    ctx.model().wait_for_huge_pages();
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut pp = Vec::new();
     if args.n_prompt > 0 {
