@@ -16,8 +16,9 @@
 //! filled on 4 KiB pages and collapsed into huge pages by a background thread afterwards
 //! ([`HugePages`]): on a VM whose host takes back the guest's free memory, faulting in fresh huge
 //! pages was most of a load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge
-//! pages at fill, 0.21-0.24 s with 4 KiB pages). Only
-//! tensors used as whole matrices are packed (a fused tensor read as row ranges stays
+//! pages at fill, 0.21-0.24 s with 4 KiB pages).
+//!
+//! Only tensors used as whole matrices are packed (a fused tensor read as row ranges stays
 //! row-major); a tied embedding is packed as the output layer and its rows are unpacked when
 //! looked up. `OLLAMARS_PACK=0` keeps every matrix row-major.
 
