@@ -12,6 +12,7 @@
 # existing virtualenv that has it to skip that. Other settings (environment):
 #   THREADS=2 PP=512 TG=128 REPS=3   llama-bench's parameters (pp: one batch of PP tokens;
 #                                     tg: TG tokens one at a time; REPS timed runs after a warm-up)
+#   DEPTH=0                           tokens in the context before each test (llama-bench's -d)
 #   ROUNDS=3                          runs of each engine per file, alternated (A B B A ...)
 #   BENCH_DIR=target/bench            where the generated model files go (about 5 GB)
 #   SKIP_1B=1                         only the two real models
@@ -26,6 +27,7 @@ THREADS=${THREADS:-2}
 PP=${PP:-512}
 TG=${TG:-128}
 REPS=${REPS:-3}
+DEPTH=${DEPTH:-0}
 ROUNDS=${ROUNDS:-3}
 BENCH_DIR=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$BENCH_DIR"
@@ -76,9 +78,9 @@ probe() { echo "P $(basename "$1") $(target/release/examples/membw "$THREADS" 10
 run() {
     local who=$1 f=$2 out
     if [ "$who" = O ]; then
-        out=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json)
+        out=$("$bin" bench -m "$f" -p "$PP" -n "$TG" -d "$DEPTH" -t "$THREADS" -r "$REPS" --json)
     else
-        out=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS")
+        out=$("$py" "$root/bench/llama_bench.py" "$f" -p "$PP" -n "$TG" -d "$DEPTH" -t "$THREADS" -r "$REPS")
     fi
     echo "$who $(basename "$f") $out" >>"$results"
     probe "$f"
@@ -93,15 +95,17 @@ for f in "${files[@]}"; do
 done
 echo "== load after: $(uptime | sed 's/.*load average: //')" >&2
 
-python3 - "$results" "$PP" "$TG" "$THREADS" "$ROUNDS" <<'PY'
+python3 - "$results" "$PP" "$TG" "$THREADS" "$ROUNDS" "$DEPTH" <<'PY'
 import json, statistics, sys
-path, pp, tg, threads, rounds = sys.argv[1:6]
+path, pp, tg, threads, rounds, depth = sys.argv[1:7]
+# llama-bench's test names: "pp512", "tg128 @ d4096".
+at = f" @ d{depth}" if int(depth) else ""
 # Per file, in order: probe readings ("P") and runs of ours ("O") and llama.cpp ("T").
 files = {}
 for line in open(path):
     kind, name, rest = line.split(" ", 2)
     files.setdefault(name, []).append((kind, float(rest) if kind == "P" else json.loads(rest)))
-print(f"| model file | pp{pp} ours | pp{pp} llama.cpp | pp ratio | tg{tg} ours | tg{tg} llama.cpp | tg ratio | read GB/s | tg ours % of read | tg llama.cpp % |")
+print(f"| model file | pp{pp}{at} ours | pp{pp}{at} llama.cpp | pp ratio | tg{tg}{at} ours | tg{tg}{at} llama.cpp | tg ratio | read GB/s | tg ours % of read | tg llama.cpp % |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 med = statistics.median
 for name, ev in files.items():

@@ -166,6 +166,41 @@ fn bench_json_reports_both_tests() {
 }
 
 #[test]
+fn bench_at_a_depth_starts_each_test_after_that_many_tokens() {
+    let (ok, out, err) = ollamars(&[
+        "bench",
+        "-m",
+        &tiny_model(),
+        "-p",
+        "8",
+        "-n",
+        "3",
+        "-d",
+        "2000",
+        "-r",
+        "2",
+        "-t",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("pp8 @ d2000 ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("tg3 @ d2000 ")), "{out}");
+    // The context holds the depth and the longest test: 2008 cells of K and V per layer.
+    let kv = |out: &str| -> f64 {
+        let s = out.split("KV cache ").nth(1).unwrap();
+        s.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (ok, flat, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "8", "-n", "3", "-r", "1"]);
+    assert!(ok, "{err}");
+    assert!(kv(&out) > kv(&flat), "{out}\n{flat}");
+    let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "-d", "3000000000"]);
+    assert!(
+        !ok && err.contains("--n-depth plus the longest test is too many tokens"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bench_text_and_skipped_tests() {
     let (ok, out, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "3", "-r", "1"]);
     assert!(ok, "{err}");

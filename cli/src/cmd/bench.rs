@@ -4,6 +4,9 @@
 //! the last one only). tg: `n` tokens evaluated one at a time from an empty context, each
 //! producing logits. One warm-up run of each, then `r` timed repetitions; tokens per second is
 //! averaged over the repetitions (mean and sample standard deviation, as llama-bench reports).
+//! With a depth `d` (llama-bench's `-d`), each test starts from a context that already holds `d`
+//! random tokens, evaluated untimed: the speed at a long conversation's end, where attention
+//! reads the whole KV cache.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use engine::{Batch, Context, ContextParams, KvType, Model, ModelParams, TokenId};
+use engine::{Batch, Context, ContextParams, KvType, Model, ModelParams, Pos, TokenId};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -30,6 +33,9 @@ pub struct BenchArgs {
     /// Timed repetitions of each test (after one warm-up run).
     #[arg(short, long, default_value_t = 5)]
     reps: usize,
+    /// Tokens already in the context when each test starts (evaluated untimed).
+    #[arg(short = 'd', long, default_value_t = 0)]
+    n_depth: usize,
     /// Micro-batch size: tokens per forward pass within the pp batch.
     #[arg(short = 'b', long, default_value_t = 512)]
     batch_size: u32,
@@ -66,23 +72,41 @@ fn random_tokens(n: usize, n_vocab: usize, state: &mut u64) -> Vec<TokenId> {
         .collect()
 }
 
-/// One pp run: seconds for a batch of `n` tokens.
-fn run_pp(ctx: &mut Context, n: usize, rng: &mut u64) -> anyhow::Result<f64> {
+/// Brings the context to `depth` random tokens (untimed). The previous test's tokens are
+/// removed again when every layer still holds the first `depth` (then the cache is as the fill
+/// left it); otherwise (a sliding-window layer forgot some, or nothing was filled yet) the cache
+/// is emptied and filled anew.
+fn at_depth(ctx: &mut Context, depth: usize, rng: &mut u64) -> anyhow::Result<()> {
+    let d = depth as Pos;
+    if depth > 0 && ctx.seq_pos_min(0) == Some(0) && ctx.seq_pos_max(0) >= Some(d - 1) {
+        ctx.seq_rm(Some(0), d, -1);
+        return Ok(());
+    }
     ctx.clear();
+    if depth > 0 {
+        let tokens = random_tokens(depth, ctx.model().n_vocab(), rng);
+        ctx.decode(&Batch::from_tokens(&tokens, 0, 0))?;
+    }
+    Ok(())
+}
+
+/// One pp run: seconds for a batch of `n` tokens after `depth`.
+fn run_pp(ctx: &mut Context, depth: usize, n: usize, rng: &mut u64) -> anyhow::Result<f64> {
+    at_depth(ctx, depth, rng)?;
     let tokens = random_tokens(n, ctx.model().n_vocab(), rng);
-    let batch = Batch::from_tokens(&tokens, 0, 0);
+    let batch = Batch::from_tokens(&tokens, depth as Pos, 0);
     let t = Instant::now();
     ctx.decode(&batch)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// One tg run: seconds for `n` single-token decodes.
-fn run_tg(ctx: &mut Context, n: usize, rng: &mut u64) -> anyhow::Result<f64> {
-    ctx.clear();
+/// One tg run: seconds for `n` single-token decodes after `depth`.
+fn run_tg(ctx: &mut Context, depth: usize, n: usize, rng: &mut u64) -> anyhow::Result<f64> {
+    at_depth(ctx, depth, rng)?;
     let tokens = random_tokens(n, ctx.model().n_vocab(), rng);
     let t = Instant::now();
     for (i, &tok) in tokens.iter().enumerate() {
-        ctx.decode(&Batch::from_tokens(&[tok], i as i32, 0))?;
+        ctx.decode(&Batch::from_tokens(&[tok], (depth + i) as Pos, 0))?;
     }
     Ok(t.elapsed().as_secs_f64())
 }
@@ -98,7 +122,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.model, &ModelParams::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
     let read_bytes = model.decode_read_bytes();
-    let n_ctx = (args.n_prompt.max(args.n_gen).max(1)) as u32;
+    // Positions are `Pos` (i32): the depth and the longest test must fit in one.
+    let n_ctx = Pos::try_from(args.n_depth.saturating_add(args.n_prompt.max(args.n_gen).max(1)))
+        .context("--n-depth plus the longest test is too many tokens")? as u32;
     let mut ctx = Context::new(
         model,
         ContextParams {
@@ -119,16 +145,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut pp = Vec::new();
     if args.n_prompt > 0 {
-        run_pp(&mut ctx, args.n_prompt, &mut rng)?;
+        run_pp(&mut ctx, args.n_depth, args.n_prompt, &mut rng)?;
         for _ in 0..args.reps {
-            pp.push(args.n_prompt as f64 / run_pp(&mut ctx, args.n_prompt, &mut rng)?);
+            pp.push(args.n_prompt as f64 / run_pp(&mut ctx, args.n_depth, args.n_prompt, &mut rng)?);
         }
     }
     let mut tg = Vec::new();
     if args.n_gen > 0 {
-        run_tg(&mut ctx, 1, &mut rng)?;
+        run_tg(&mut ctx, args.n_depth, 1, &mut rng)?;
         for _ in 0..args.reps {
-            tg.push(args.n_gen as f64 / run_tg(&mut ctx, args.n_gen, &mut rng)?);
+            tg.push(args.n_gen as f64 / run_tg(&mut ctx, args.n_depth, args.n_gen, &mut rng)?);
         }
     }
     let (pp_tps, pp_std) = mean_std(&pp);
@@ -167,14 +193,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         mib(file),
         mib(ctx.kv_size_bytes() as u64)
     )?;
+    // llama-bench's test names: "pp512", "tg128 @ d4096".
+    let name = |test: &str, n: usize| match args.n_depth {
+        0 => format!("{test}{n}"),
+        d => format!("{test}{n} @ d{d}"),
+    };
     if args.n_prompt > 0 {
-        writeln!(out, "pp{:<6} {pp_tps:10.2} ± {pp_std:.2} t/s", args.n_prompt)?;
+        writeln!(
+            out,
+            "{:<8} {pp_tps:10.2} ± {pp_std:.2} t/s",
+            name("pp", args.n_prompt)
+        )?;
     }
     if args.n_gen > 0 {
         writeln!(
             out,
-            "tg{:<6} {tg_tps:10.2} ± {tg_std:.2} t/s ({:.1} MiB of weights read per token: {:.1} GB/s)",
-            args.n_gen,
+            "{:<8} {tg_tps:10.2} ± {tg_std:.2} t/s ({:.1} MiB of weights read per token: {:.1} GB/s)",
+            name("tg", args.n_gen),
             mib(read_bytes),
             read_bytes as f64 * tg_tps / 1e9
         )?;
