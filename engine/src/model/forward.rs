@@ -144,6 +144,17 @@ fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
+/// Query heads per attention task of a decode step, for KV heads of `group` query heads each:
+/// the whole group (its heads share every K/V row read and conversion) when there are at least
+/// as many KV heads as threads, else the largest divisor of `group` that still makes a task for
+/// every thread (Gemma 3 270M, one KV head of 4 query heads, on 2 threads: 2 tasks of 2 heads).
+fn decode_head_step(group: usize, n_kv: usize, n_threads: usize) -> usize {
+    (1..=group)
+        .rev()
+        .find(|&step| group.is_multiple_of(step) && n_kv * (group / step) >= n_threads)
+        .unwrap_or(1)
+}
+
 impl Model {
     pub(crate) fn view(&self, w: &Weight) -> WeightView<'_> {
         let t = &self.gguf.tensors()[w.tensor];
@@ -313,12 +324,12 @@ impl Model {
             let attn = &mut attn_all[..rows.len() * nh * dv];
             let dst = OutPtr(attn.as_mut_ptr());
             // Tasks: (tile of rows, KV head), so that a KV head's query heads share its K/V
-            // rows; for a decode step with fewer KV heads than threads, one per query head, so
-            // that its heads still spread over the threads.
+            // rows; for a decode step with fewer KV heads than threads, a KV head's query heads
+            // split into as few parts as give every thread one.
             let group = nh / nkv;
             let n_threads = threads::with_current(|tp| tp.n_threads());
             let (tile_rows, head_step) = if rows.len() == 1 {
-                (1, if nkv >= n_threads { group } else { 1 })
+                (1, decode_head_step(group, nkv, n_threads))
             } else {
                 (TILE_ROWS, group)
             };
@@ -423,5 +434,24 @@ impl Model {
             out.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_head_step;
+
+    #[test]
+    fn decode_attention_tasks_cover_the_threads_with_few_splits() {
+        // (query heads per KV head, KV heads, threads) -> heads per task.
+        assert_eq!(decode_head_step(4, 1, 2), 2);
+        assert_eq!(decode_head_step(4, 1, 4), 1);
+        assert_eq!(decode_head_step(4, 1, 8), 1);
+        assert_eq!(decode_head_step(4, 1, 1), 4);
+        assert_eq!(decode_head_step(7, 2, 2), 7);
+        assert_eq!(decode_head_step(7, 1, 2), 1);
+        assert_eq!(decode_head_step(8, 4, 2), 8);
+        assert_eq!(decode_head_step(6, 1, 4), 1);
+        assert_eq!(decode_head_step(6, 2, 4), 3);
     }
 }
