@@ -217,6 +217,12 @@ mod x86 {
         unsafe fn round_f16(self) -> Self;
         /// `new` in the lanes where `m` is not -inf, `old` elsewhere.
         unsafe fn where_live(m: Self, new: Self, old: Self) -> Self;
+        /// Bit `q` set where `w[q] != 0.0`, for `q < Q` (the scalar code's test: NaN counts
+        /// as live).
+        #[inline(always)]
+        unsafe fn live<const Q: usize>(w: *const f32) -> u32 {
+            (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q)
+        }
     }
 
     #[derive(Clone, Copy)]
@@ -276,6 +282,14 @@ mod x86 {
         unsafe fn where_live(m: Self, new: Self, old: Self) -> Self {
             let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(m.0, _mm512_set1_ps(f32::NEG_INFINITY));
             V512(_mm512_mask_mov_ps(old.0, live, new.0))
+        }
+        /// One masked load and compare (the scalar tests compile to a compare, a mask move and
+        /// a branch per query).
+        #[inline(always)]
+        unsafe fn live<const Q: usize>(w: *const f32) -> u32 {
+            const { assert!(Q <= 16) };
+            let x = _mm512_maskz_loadu_ps(((1u32 << Q) - 1) as u16, w);
+            u32::from(_mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(x, _mm512_setzero_ps())) & ((1 << Q) - 1)
         }
     }
 
@@ -472,13 +486,16 @@ mod x86 {
             std::array::from_fn(|q| std::array::from_fn(|x| V::load(acc.add((i + q) * dvp + e0 + V::W * x))));
         for c in 0..nc {
             let w = p.add(c * nqp + i);
-            let live = (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q);
+            let live = V::live::<Q>(w);
             if live == 0 {
                 continue;
             }
             let vv: [V; E] = std::array::from_fn(|x| V::load(v.add(c * dvp + e0 + V::W * x)));
+            // Every weight live (all but the cells at a causal mask's edge): one test per cell
+            // instead of a test and a branch per query.
+            let all = live == (1 << Q) - 1;
             for q in 0..Q {
-                if live >> q & 1 != 0 {
+                if all || live >> q & 1 != 0 {
                     let wv = V::splat(*w.add(q));
                     for x in 0..E {
                         a[q][x] = V::fmadd(wv, vv[x], a[q][x]);

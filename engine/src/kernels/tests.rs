@@ -297,7 +297,8 @@ fn activation_side_sums_are_the_quant_sums() {
 
 /// The attention kernels' lane-wise steps and the f16 row conversion, every tier against the
 /// scalar code, bit for bit: with 8 query lanes (which AVX-512 runs on 8-lane vectors), 16 and
-/// 48, cell counts around the 8- and 4-cell score tiles, rows of odd lengths.
+/// 48, cell counts around the 8- and 4-cell score tiles, rows of odd lengths; the weighted sums
+/// of value rows with zero (skipped) and NaN weights.
 #[test]
 fn attention_kernels_match_the_scalar_code_bitwise() {
     let mut rng = Rng::new(31);
@@ -343,6 +344,37 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                         "{isa} {what}: nq {nq} dk {dk} cells {nc}"
                     );
                 }
+            }
+        }
+        // Weighted values: zero weights are skipped (a masked cell, an underflow), for some
+        // queries of a cell or all; NaN weights are not.
+        for (dvp, nc) in [(16, 1), (64, 9), (80, 70), (256, 13)] {
+            let p: Vec<f32> = (0..nc * nqp)
+                .map(|i| match (i / nqp % 5, rng.f32()) {
+                    (0, _) => 0.0,
+                    (_, x) if x < 0.3 => 0.0,
+                    (_, x) if x < 0.31 => f32::NAN,
+                    (_, x) => x,
+                })
+                .collect();
+            let v: Vec<f32> = (0..nc * dvp).map(|_| rng.f32() * 4.0 - 2.0).collect();
+            let start: Vec<f32> = (0..nq * dvp)
+                .map(|i| if i % 3 == 0 { -0.0 } else { rng.f32() })
+                .collect();
+            let run = |isa: Isa| {
+                let mut acc = start.clone();
+                attn::weighted_values(isa, &p, nqp, nq, &v, dvp, nc, &mut acc);
+                acc
+            };
+            let want = run(Isa::Scalar);
+            for isa in Isa::supported() {
+                assert!(
+                    run(isa)
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{isa} weighted values: nq {nq} dvp {dvp} cells {nc}"
+                );
             }
         }
     }
