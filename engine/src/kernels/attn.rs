@@ -223,6 +223,15 @@ mod x86 {
         unsafe fn live<const Q: usize>(w: *const f32) -> u32 {
             (0..Q).fold(0u32, |m, q| m | u32::from(*w.add(q) != 0.0) << q)
         }
+        /// `a * b + c` if `on`, else `c`.
+        #[inline(always)]
+        unsafe fn fmadd_if(on: bool, a: Self, b: Self, c: Self) -> Self {
+            if on {
+                Self::fmadd(a, b, c)
+            } else {
+                c
+            }
+        }
     }
 
     #[derive(Clone, Copy)]
@@ -290,6 +299,11 @@ mod x86 {
             const { assert!(Q <= 16) };
             let x = _mm512_maskz_loadu_ps(((1u32 << Q) - 1) as u16, w);
             u32::from(_mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(x, _mm512_setzero_ps())) & ((1 << Q) - 1)
+        }
+        /// A masked multiply-add: no branch on data.
+        #[inline(always)]
+        unsafe fn fmadd_if(on: bool, a: Self, b: Self, c: Self) -> Self {
+            V512(_mm512_mask3_fmadd_ps(a.0, b.0, c.0, u16::from(on).wrapping_neg()))
         }
     }
 
@@ -468,9 +482,10 @@ mod x86 {
         }
     }
 
-    /// Queries `i..i + Q` x values `e0..e0 + V::W * E`: each cell's value vectors are loaded once
-    /// for the `Q` queries (a cell's weights are next to each other in `p`). Per query and value,
-    /// the same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
+    /// Queries `i..i + Q` x values `e0..e0 + V::W * E` over the cells `live` lists (cell index
+    /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`): each cell's
+    /// value vectors are loaded once for the `Q` queries. Per query and value, the same fused
+    /// multiply-adds as the scalar code, in the same order, zero weights skipped.
     #[inline(always)]
     unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
         p: *const f32,
@@ -478,28 +493,21 @@ mod x86 {
         i: usize,
         v: *const f32,
         dvp: usize,
-        nc: usize,
+        live: &[u32],
         acc: *mut f32,
         e0: usize,
     ) {
         let mut a: [[V; E]; Q] =
             std::array::from_fn(|q| std::array::from_fn(|x| V::load(acc.add((i + q) * dvp + e0 + V::W * x))));
-        for c in 0..nc {
+        for &cl in live {
+            let c = (cl >> 16) as usize;
             let w = p.add(c * nqp + i);
-            let live = V::live::<Q>(w);
-            if live == 0 {
-                continue;
-            }
             let vv: [V; E] = std::array::from_fn(|x| V::load(v.add(c * dvp + e0 + V::W * x)));
-            // Every weight live (all but the cells at a causal mask's edge): one test per cell
-            // instead of a test and a branch per query.
-            let all = live == (1 << Q) - 1;
             for q in 0..Q {
-                if all || live >> q & 1 != 0 {
-                    let wv = V::splat(*w.add(q));
-                    for x in 0..E {
-                        a[q][x] = V::fmadd(wv, vv[x], a[q][x]);
-                    }
+                let wv = V::splat(*w.add(q));
+                let on = cl >> q & 1 != 0;
+                for x in 0..E {
+                    a[q][x] = V::fmadd_if(on, wv, vv[x], a[q][x]);
                 }
             }
         }
@@ -510,8 +518,11 @@ mod x86 {
         }
     }
 
-    /// Queries `i..i + Q` over all values, in chunks of up to 4 vectors (`dvp` is a multiple of
-    /// 16, so AVX2 takes chunks of 4 or 2).
+    /// Queries `i..i + Q` over all values, 64 cells at a time: first the cells where some of
+    /// the queries' weights are not zero (with which), then the values in chunks of up to 4
+    /// vectors over those cells (`dvp` is a multiple of 16, so AVX2 takes chunks of 4 or 2).
+    /// Listing the cells first takes the data-dependent branch out of the multiply-add loop:
+    /// with a long context many weights underflow to zero, in no pattern a predictor follows.
     #[inline(always)]
     unsafe fn values_rows<V: Lanes, const Q: usize>(
         p: *const f32,
@@ -522,16 +533,28 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        let mut e0 = 0;
-        while e0 < dvp {
-            let e = ((dvp - e0) / V::W).min(4);
-            match e {
-                1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, nc, acc, e0),
-                2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, nc, acc, e0),
-                3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, nc, acc, e0),
-                _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, nc, acc, e0),
+        const CHUNK: usize = 64;
+        let mut live = [0u32; CHUNK];
+        for c0 in (0..nc).step_by(CHUNK) {
+            let mut n = 0;
+            for c in c0..(c0 + CHUNK).min(nc) {
+                let bits = V::live::<Q>(p.add(c * nqp + i));
+                live[n] = ((c - c0) as u32) << 16 | bits;
+                n += usize::from(bits != 0);
             }
-            e0 += e * V::W;
+            let live = &live[..n];
+            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
+            let mut e0 = 0;
+            while e0 < dvp {
+                let e = ((dvp - e0) / V::W).min(4);
+                match e {
+                    1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, live, acc, e0),
+                    2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, live, acc, e0),
+                    3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, live, acc, e0),
+                    _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, live, acc, e0),
+                }
+                e0 += e * V::W;
+            }
         }
     }
 
