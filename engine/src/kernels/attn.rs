@@ -176,6 +176,26 @@ pub fn weighted_values(
     }
 }
 
+/// Asks the core to bring the cache lines of `bytes` into L2 (a hint: no effect on any result;
+/// nothing on other architectures). The KV cache of a long context comes from memory each token
+/// (the weights streamed through since evict it), and rows converted one at a time leave the
+/// core waiting on each; asking for the next block's rows first overlaps those reads.
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let start = bytes.as_ptr() as usize;
+        let mut line = start & !63;
+        while line < start + bytes.len() {
+            // SAFETY: a prefetch never faults, and SSE is part of x86-64.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
+            line += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// Converts a row of little-endian f16 values to f32 (exact on every tier).
 pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
     assert!(src.len() >= 2 * dst.len(), "attn: f16 row too short");

@@ -90,6 +90,30 @@ fn load_row(
     }
 }
 
+/// Row `c` (KV head `kvh`) of a cache half in f32, like [`load_row`], asking first for row
+/// `c + BLOCK_CELLS` (the same row of the next block) if it is below `end`: see
+/// [`k::prefetch`]. One row's lines per row converted keeps the reads in flight even; a whole
+/// block's asked for at once wait for the core's few miss buffers.
+#[allow(clippy::too_many_arguments)]
+fn load_row_ahead(
+    isa: Isa,
+    ty: GgmlType,
+    data: &[u8],
+    row: usize,
+    head: usize,
+    c: usize,
+    kvh: usize,
+    end: usize,
+    out: &mut [f32],
+) {
+    let ahead = c + BLOCK_CELLS;
+    if ahead < end {
+        let off = ahead * row + kvh * head;
+        k::prefetch(&data[off..off + head]);
+    }
+    load_row(isa, ty, data, row, head, c, kvh, out);
+}
+
 /// A query head rounded through the cache's dot format, back in f32 (F16 with `isa`'s exact
 /// conversion: a prompt rounds every query head of every layer, and the scalar one was ~1% of
 /// pp512).
@@ -406,7 +430,7 @@ pub fn attend_tile_isa<'o>(
         let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
         let c0 = b * BLOCK_CELLS + first;
         for (j, kr) in sc.k[..nc * dk].chunks_exact_mut(dk).enumerate() {
-            load_row(isa, kv.ty, kv.k, rows.k_row, rows.k_head, c0 + j, kvh, kr);
+            load_row_ahead(isa, kv.ty, kv.k, rows.k_row, rows.k_head, c0 + j, kvh, hi, kr);
         }
         let s = &mut sc.s[at(bi)..at(bi) + block_len];
         k::scores(isa, &sc.qt, nqp, &sc.k, dk, nc, s);
@@ -455,7 +479,7 @@ pub fn attend_tile_isa<'o>(
             let s = &mut sc.s[at(bi)..at(bi) + block_len];
             k::weights(isa, s, nqp, nc, &sc.m, &sc.inv, round_f16);
             for (j, vr) in sc.v[..nc * dvp].chunks_exact_mut(dvp).enumerate() {
-                load_row(
+                load_row_ahead(
                     isa,
                     kv.ty,
                     kv.v,
@@ -463,6 +487,7 @@ pub fn attend_tile_isa<'o>(
                     rows.v_head,
                     c0 + j,
                     kvh,
+                    hi,
                     &mut vr[..dv],
                 );
                 vr[dv..].fill(0.0);
