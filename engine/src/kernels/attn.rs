@@ -179,7 +179,7 @@ pub fn weighted_values(
 /// Asks the core to bring the cache lines of `bytes` into L2 (a hint: no effect on any result;
 /// nothing on other architectures). The KV cache of a long context comes from memory each token
 /// (the weights streamed through since evict it), and rows converted one at a time leave the
-/// core waiting on each; asking for the next block's rows first overlaps those reads.
+/// core waiting on each; asking for rows further on overlaps those reads.
 pub fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -503,9 +503,9 @@ mod x86 {
     }
 
     /// Queries `i..i + Q` x values `e0..e0 + V::W * E` over the cells `live` lists (cell index
-    /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`): each cell's
-    /// value vectors are loaded once for the `Q` queries. Per query and value, the same fused
-    /// multiply-adds as the scalar code, in the same order, zero weights skipped.
+    /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`):
+    /// each cell's value vectors are loaded once for the `Q` queries. Per query and value, the
+    /// same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
     #[inline(always)]
     unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
         p: *const f32,
