@@ -90,28 +90,10 @@ fn load_row(
     }
 }
 
-/// Row `c` (KV head `kvh`) of a cache half in f32, like [`load_row`], asking first for row
-/// `c + BLOCK_CELLS` (the same row of the next block) if it is below `end`: see
-/// [`k::prefetch`]. One row's lines per row converted keeps the reads in flight even; a whole
-/// block's asked for at once wait for the core's few miss buffers.
-#[allow(clippy::too_many_arguments)]
-fn load_row_ahead(
-    isa: Isa,
-    ty: GgmlType,
-    data: &[u8],
-    row: usize,
-    head: usize,
-    c: usize,
-    kvh: usize,
-    end: usize,
-    out: &mut [f32],
-) {
-    let ahead = c + BLOCK_CELLS;
-    if ahead < end {
-        let off = ahead * row + kvh * head;
-        k::prefetch(&data[off..off + head]);
-    }
-    load_row(isa, ty, data, row, head, c, kvh, out);
+/// Asks for row `c` (KV head `kvh`) of a cache half ahead of its use: see [`k::prefetch`].
+fn prefetch_row(data: &[u8], row: usize, head: usize, c: usize, kvh: usize) {
+    let off = c * row + kvh * head;
+    k::prefetch(&data[off..off + head]);
 }
 
 /// A query head rounded through the cache's dot format, back in f32 (F16 with `isa`'s exact
@@ -275,7 +257,8 @@ pub const BLOCK_CELLS: usize = 64;
 const KEEP_SCORES: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
 
 /// Reusable buffers of one worker for [`attend_tile`]; their size depends on the tile and the
-/// head sizes, not on the context length (except one bit mask per row and block).
+/// head sizes, not on the context length (except one bit mask per row and block, and the kept
+/// scores, up to [`KEEP_SCORES`]).
 #[derive(Default)]
 pub struct TileScratch {
     q: Vec<u8>,
@@ -425,12 +408,22 @@ pub fn attend_tile_isa<'o>(
         let first = any.trailing_zeros() as usize;
         (any != 0).then(|| (first, BLOCK_CELLS - any.leading_zeros() as usize - first))
     };
+    // Converting a block's row `c` first asks for row `c` of the next block, if the span has it:
+    // a long context's KV cache comes from memory each token, and one row's lines per row
+    // converted keeps its reads in flight evenly (a whole block asked for at once waits for the
+    // core's few miss buffers).
+    let ask_ahead = |data: &[u8], row: usize, head: usize, c: usize| {
+        if c + BLOCK_CELLS < hi {
+            prefetch_row(data, row, head, c + BLOCK_CELLS, kvh);
+        }
+    };
     // The scores of block `bi` (cells `b * BLOCK_CELLS + first..` +nc) at `at(bi)`, masked ones -inf.
     let block_scores = |sc: &mut TileScratch, bi: usize, b: usize, (first, nc): (usize, usize)| {
         let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
         let c0 = b * BLOCK_CELLS + first;
         for (j, kr) in sc.k[..nc * dk].chunks_exact_mut(dk).enumerate() {
-            load_row_ahead(isa, kv.ty, kv.k, rows.k_row, rows.k_head, c0 + j, kvh, hi, kr);
+            ask_ahead(kv.k, rows.k_row, rows.k_head, c0 + j);
+            load_row(isa, kv.ty, kv.k, rows.k_row, rows.k_head, c0 + j, kvh, kr);
         }
         let s = &mut sc.s[at(bi)..at(bi) + block_len];
         k::scores(isa, &sc.qt, nqp, &sc.k, dk, nc, s);
@@ -479,7 +472,8 @@ pub fn attend_tile_isa<'o>(
             let s = &mut sc.s[at(bi)..at(bi) + block_len];
             k::weights(isa, s, nqp, nc, &sc.m, &sc.inv, round_f16);
             for (j, vr) in sc.v[..nc * dvp].chunks_exact_mut(dvp).enumerate() {
-                load_row_ahead(
+                ask_ahead(kv.v, rows.v_row, rows.v_head, c0 + j);
+                load_row(
                     isa,
                     kv.ty,
                     kv.v,
@@ -487,7 +481,6 @@ pub fn attend_tile_isa<'o>(
                     rows.v_head,
                     c0 + j,
                     kvh,
-                    hi,
                     &mut vr[..dv],
                 );
                 vr[dv..].fill(0.0);
