@@ -317,7 +317,7 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             );
         }
     }
-    for nq in [3, 8, 9, 16, 40] {
+    for nq in [3, 6, 8, 9, 16, 40] {
         let nqp = attn::padded_queries(nq);
         assert!(nqp >= nq && nqp.is_multiple_of(8));
         for (dk, nc) in [(64, 1), (40, 7), (64, 8), (80, 13), (256, 21)] {

@@ -58,12 +58,17 @@ pub struct LayerShape {
     pub swa: bool,
 }
 
+/// One layer's keys and values, head-major: KV head `h` of cell `c` at `(h * cells + c) * head`
+/// bytes, so that attention, which takes one KV head at a time, reads a contiguous run.
 struct LayerKv {
     pool: usize,
     k: Vec<u8>,
     v: Vec<u8>,
-    k_row: usize,
-    v_row: usize,
+    /// Bytes of one head's keys (values) in one cell.
+    k_head: usize,
+    v_head: usize,
+    n_kv_head: usize,
+    cells: usize,
 }
 
 pub struct KvCache {
@@ -109,18 +114,24 @@ impl KvCache {
                         ))
                     })
                 };
-                rb(l.head_dim_k)?;
-                rb(l.head_dim_v)?;
-                let (k_row, v_row) = (rb(l.n_embd_k)?, rb(l.n_embd_v)?);
+                let (k_head, v_head) = (rb(l.head_dim_k)?, rb(l.head_dim_v)?);
+                let n_kv_head = l.n_embd_k / l.head_dim_k;
+                assert_eq!(
+                    n_kv_head * l.head_dim_v,
+                    l.n_embd_v,
+                    "as many value heads as key heads"
+                );
                 let pool = usize::from(l.swa && pools.len() > 1);
                 let cells = pools[pool].size();
                 // Zeroed allocations are mapped lazily: memory is touched only as cells fill.
                 Ok(LayerKv {
                     pool,
-                    k: vec![0u8; k_row * cells],
-                    v: vec![0u8; v_row * cells],
-                    k_row,
-                    v_row,
+                    k: vec![0u8; n_kv_head * k_head * cells],
+                    v: vec![0u8; n_kv_head * v_head * cells],
+                    k_head,
+                    v_head,
+                    n_kv_head,
+                    cells,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -172,8 +183,12 @@ impl KvCache {
         let ty = self.ty.ggml_type();
         let l = &mut self.layers[il];
         let c = cell as usize;
-        quantize_row(ty, k, &mut l.k[c * l.k_row..(c + 1) * l.k_row]);
-        quantize_row(ty, v, &mut l.v[c * l.v_row..(c + 1) * l.v_row]);
+        let (hk, hv) = (k.len() / l.n_kv_head, v.len() / l.n_kv_head);
+        for h in 0..l.n_kv_head {
+            let (ko, vo) = ((h * l.cells + c) * l.k_head, (h * l.cells + c) * l.v_head);
+            quantize_row(ty, &k[h * hk..(h + 1) * hk], &mut l.k[ko..ko + l.k_head]);
+            quantize_row(ty, &v[h * hv..(h + 1) * hv], &mut l.v[vo..vo + l.v_head]);
+        }
     }
 
     /// Layer `il`'s keys and values for attention.
@@ -207,13 +222,16 @@ impl KvCache {
             let rope = rope_of(il).for_shift();
             let mut cs = vec![0f32; rope.n_rot];
             rope.cos_sin(delta as f32, &mut cs);
-            let n_embd_k = l.k_row / ty.type_size() as usize * ty.block_size() as usize;
-            let mut row = vec![0f32; n_embd_k];
-            for &c in cells {
-                let bytes = &mut l.k[c as usize * l.k_row..(c as usize + 1) * l.k_row];
-                dequantize_row(ty, bytes, &mut row);
-                rope.apply(&mut row, head_dim_of(il), &cs);
-                quantize_row(ty, &row, bytes);
+            let head_dim = head_dim_of(il);
+            let mut row = vec![0f32; head_dim];
+            for h in 0..l.n_kv_head {
+                for &c in cells {
+                    let at = (h * l.cells + c as usize) * l.k_head;
+                    let bytes = &mut l.k[at..at + l.k_head];
+                    dequantize_row(ty, bytes, &mut row);
+                    rope.apply(&mut row, head_dim, &cs);
+                    quantize_row(ty, &row, bytes);
+                }
             }
         }
     }
@@ -247,5 +265,51 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.pools.iter_mut().for_each(Cells::clear);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored token's heads land head-major, where attention reads them, in both cache types;
+    /// a windowed layer's heads are as many cells apart as its smaller pool has.
+    #[test]
+    fn heads_are_stored_head_major() {
+        let (dk, dv, n_kv) = (32, 64, 3);
+        let shape = |swa| LayerShape {
+            n_embd_k: n_kv * dk,
+            n_embd_v: n_kv * dv,
+            head_dim_k: dk,
+            head_dim_v: dv,
+            swa,
+        };
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let mut kv = KvCache::new(&[shape(false), shape(true)], Some(4), 16, 1, 2, ty).unwrap();
+            let k: Vec<f32> = (0..n_kv * dk).map(|i| i as f32 / 8.0).collect();
+            let v: Vec<f32> = (0..n_kv * dv).map(|i| -(i as f32) / 4.0).collect();
+            for (il, cells) in [(0, 16), (1, 6)] {
+                assert_eq!(kv.pools()[kv.layer_pool(il)].size(), cells);
+                kv.store(il, 5, &k, &v);
+                let view = kv.view(il);
+                let (kh, vh) = (ty.row_bytes(dk).unwrap(), ty.row_bytes(dv).unwrap());
+                assert_eq!(view.k.len(), n_kv * cells * kh);
+                // Head h of cell 5 holds the bytes of that head's values in the cache type.
+                let bytes = |x: &[f32], n: usize| {
+                    let mut b = vec![0u8; n];
+                    quantize_row(ty.ggml_type(), x, &mut b);
+                    b
+                };
+                for h in 0..n_kv {
+                    let at = (h * cells + 5) * kh;
+                    let want = bytes(&k[h * dk..(h + 1) * dk], kh);
+                    assert_eq!(view.k[at..at + kh], want, "{ty:?} layer {il} key head {h}");
+                    let at = (h * cells + 5) * vh;
+                    let want = bytes(&v[h * dv..(h + 1) * dv], vh);
+                    assert_eq!(view.v[at..at + vh], want, "{ty:?} layer {il} value head {h}");
+                    assert!(want.iter().any(|&b| b != 0));
+                }
+            }
+        }
     }
 }
