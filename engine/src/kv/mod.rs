@@ -114,13 +114,19 @@ impl KvCache {
                         ))
                     })
                 };
+                // Shapes come from a model file: checked, never divided by blindly.
+                if l.head_dim_k == 0
+                    || l.head_dim_v == 0
+                    || !l.n_embd_k.is_multiple_of(l.head_dim_k)
+                    || l.n_embd_k / l.head_dim_k * l.head_dim_v != l.n_embd_v
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "a KV cache for {} keys in heads of {} and {} values in heads of {}",
+                        l.n_embd_k, l.head_dim_k, l.n_embd_v, l.head_dim_v
+                    )));
+                }
                 let (k_head, v_head) = (rb(l.head_dim_k)?, rb(l.head_dim_v)?);
                 let n_kv_head = l.n_embd_k / l.head_dim_k;
-                assert_eq!(
-                    n_kv_head * l.head_dim_v,
-                    l.n_embd_v,
-                    "as many value heads as key heads"
-                );
                 let pool = usize::from(l.swa && pools.len() > 1);
                 let cells = pools[pool].size();
                 // Zeroed allocations are mapped lazily: memory is touched only as cells fill.
@@ -271,6 +277,27 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_without_whole_heads_are_refused() {
+        let shape = |n_embd_k, head_dim_k, n_embd_v, head_dim_v| LayerShape {
+            n_embd_k,
+            n_embd_v,
+            head_dim_k,
+            head_dim_v,
+            swa: false,
+        };
+        for bad in [
+            shape(0, 0, 0, 0),
+            shape(64, 32, 64, 0),
+            shape(96, 64, 96, 64),
+            shape(64, 32, 96, 32),
+        ] {
+            let err = KvCache::new(&[bad], None, 16, 1, 2, KvType::F16).err();
+            assert!(matches!(err, Some(Error::InvalidArgument(_))), "{bad:?}: {err:?}");
+        }
+        assert!(KvCache::new(&[shape(64, 32, 128, 64)], None, 16, 1, 2, KvType::F16).is_ok());
+    }
 
     /// A stored token's heads land head-major, where attention reads them, in both cache types;
     /// a windowed layer's heads are as many cells apart as its smaller pool has.
