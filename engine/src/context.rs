@@ -318,12 +318,11 @@ impl Context {
     pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) {
         let (p0, p1) = range(p0, p1);
         let moved = self.kv.seq_add(seq, p0, p1, delta);
-        let head_dim = self.model.hparams().head_dim_k;
         let ropes = &self.ropes;
         let kv = &mut self.kv;
         self.pool.install(|| {
             for (pool, cells) in moved.iter().enumerate() {
-                kv.shift_keys(pool, cells, delta, |il| ropes[il].clone(), |_| head_dim);
+                kv.shift_keys(pool, cells, delta, |il| ropes[il].clone());
             }
         });
     }

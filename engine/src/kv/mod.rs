@@ -64,7 +64,9 @@ struct LayerKv {
     pool: usize,
     k: Vec<u8>,
     v: Vec<u8>,
-    /// Bytes of one head's keys (values) in one cell.
+    /// Values in one head's keys (values) of one cell, and their bytes.
+    head_dim_k: usize,
+    head_dim_v: usize,
     k_head: usize,
     v_head: usize,
     n_kv_head: usize,
@@ -134,6 +136,8 @@ impl KvCache {
                     pool,
                     k: vec![0u8; n_kv_head * k_head * cells],
                     v: vec![0u8; n_kv_head * v_head * cells],
+                    head_dim_k: l.head_dim_k,
+                    head_dim_v: l.head_dim_v,
                     k_head,
                     v_head,
                     n_kv_head,
@@ -189,7 +193,11 @@ impl KvCache {
         let ty = self.ty.ggml_type();
         let l = &mut self.layers[il];
         let c = cell as usize;
-        let (hk, hv) = (k.len() / l.n_kv_head, v.len() / l.n_kv_head);
+        let (hk, hv) = (l.head_dim_k, l.head_dim_v);
+        assert!(
+            k.len() == l.n_kv_head * hk && v.len() == l.n_kv_head * hv,
+            "kv: one token's keys and values"
+        );
         for h in 0..l.n_kv_head {
             let (ko, vo) = ((h * l.cells + c) * l.k_head, (h * l.cells + c) * l.v_head);
             quantize_row(ty, &k[h * hk..(h + 1) * hk], &mut l.k[ko..ko + l.k_head]);
@@ -208,15 +216,8 @@ impl KvCache {
     }
 
     /// Rotates the keys of `cells` in pool `pool` by `delta` positions, in every layer of that
-    /// pool, each with its own RoPE (`rope_of(il)`, `head_dim_of(il)`).
-    pub fn shift_keys(
-        &mut self,
-        pool: usize,
-        cells: &[u32],
-        delta: Pos,
-        rope_of: impl Fn(usize) -> Rope,
-        head_dim_of: impl Fn(usize) -> usize,
-    ) {
+    /// pool, each with its own RoPE (`rope_of(il)`).
+    pub fn shift_keys(&mut self, pool: usize, cells: &[u32], delta: Pos, rope_of: impl Fn(usize) -> Rope) {
         if cells.is_empty() || delta == 0 {
             return;
         }
@@ -228,7 +229,7 @@ impl KvCache {
             let rope = rope_of(il).for_shift();
             let mut cs = vec![0f32; rope.n_rot];
             rope.cos_sin(delta as f32, &mut cs);
-            let head_dim = head_dim_of(il);
+            let head_dim = l.head_dim_k;
             let mut row = vec![0f32; head_dim];
             for h in 0..l.n_kv_head {
                 for &c in cells {
