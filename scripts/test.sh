@@ -36,3 +36,6 @@ cargo build --workspace --release --all-targets
 # the binary alone resolves features differently and would recompile half the workspace).
 export OLLAMARS_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/ollamars"
 cargo test --workspace --release
+
+# The aarch64 build: clippy, and the NEON kernels and the models' reference logits under qemu.
+scripts/aarch64-test.sh

@@ -249,6 +249,7 @@ unsafe fn vpdpbusd_chains(n: usize, w: i8, x: i8) -> i32 {
 }
 
 /// The int8 multiply-add ceiling per thread, all threads at once (see the module doc).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn peak(pool: &ThreadPool) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512vnni") {

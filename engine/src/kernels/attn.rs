@@ -199,13 +199,12 @@ pub fn prefetch(bytes: &[u8]) {
 /// Converts a row of little-endian f16 values to f32 (exact on every tier).
 pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
     assert!(src.len() >= 2 * dst.len(), "attn: f16 row too short");
-    let n = dst.len();
     let done = match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), n) },
+        Isa::Avx512 => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), n) },
+        Isa::Avx2 => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         _ => 0,
     };
     for (d, b) in dst[done..].iter_mut().zip(src[2 * done..].chunks_exact(2)) {

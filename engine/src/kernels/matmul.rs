@@ -361,6 +361,7 @@ fn packed(
 /// Tokens a thread runs through its packed groups at a time: their activations (at most ~0.8
 /// MiB for the 5632-wide FFN down projection of a 1.1B model) stay in L2 while every group of
 /// the thread reads them, instead of all the batch's activations being streamed again per group.
+#[cfg(target_arch = "x86_64")]
 const PACKED_TOKEN_BLOCK: usize = 128;
 
 /// Packed groups `groups` of `w` against every token, into `out` (`n_tokens` rows of `w.n_out`).
@@ -377,21 +378,20 @@ unsafe fn packed_groups(
     n_tokens: usize,
     out: *mut f32,
 ) {
-    let arb = row_bytes(vec_dot_type(w.ty), w.n);
-    let group_bytes = PANEL_ROWS * w.row_bytes;
-    for t0 in (0..n_tokens).step_by(PACKED_TOKEN_BLOCK) {
-        let tokens = t0..n_tokens.min(t0 + PACKED_TOKEN_BLOCK);
-        let mut g = groups.start;
-        while g < groups.end {
-            let group = &w.data[g * group_bytes..(g + 1) * group_bytes];
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx512 {
-                let args = super::x86::PkArgs {
-                    n_tiles: w.n / w.ty.block_size() as usize,
-                    side,
-                    xq,
-                    row_bytes: arb,
-                };
+    // Only AVX-512 has packed kernels ([`can_use_packed`]): no other tier packs a matrix.
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        let args = super::x86::PkArgs {
+            n_tiles: w.n / w.ty.block_size() as usize,
+            side,
+            xq,
+            row_bytes: row_bytes(vec_dot_type(w.ty), w.n),
+        };
+        let group_bytes = PANEL_ROWS * w.row_bytes;
+        for t0 in (0..n_tokens).step_by(PACKED_TOKEN_BLOCK) {
+            let tokens = t0..n_tokens.min(t0 + PACKED_TOKEN_BLOCK);
+            let mut g = groups.start;
+            while g < groups.end {
                 // Two groups at a time where the kernel shares activation loads between them.
                 let pair = g + 2 <= groups.end;
                 let run = if pair {
@@ -402,19 +402,19 @@ unsafe fn packed_groups(
                 run(
                     w.ty,
                     &args,
-                    group.as_ptr(),
+                    w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr(),
                     group_bytes,
                     tokens.clone(),
                     out.add(g * PANEL_ROWS),
                     w.n_out,
                 );
                 g += 1 + pair as usize;
-                continue;
             }
-            let _ = (group, isa, side, xq, out, arb);
-            unreachable!("packed matrices only on tiers with packed kernels");
         }
+        return;
     }
+    let _ = (isa, w, groups, xq, side, n_tokens, out);
+    unreachable!("packed matrices only on tiers with packed kernels");
 }
 
 /// Runs the micro-kernel of `isa` (the portable one for the scalar tier).
