@@ -17,6 +17,8 @@
 //!   then nibble chunks `0..4`.
 //! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
 //!   of row `r` at `16i + r`), then nibble chunks `0..32`.
+//! - Q5_K (2816): Q4_K's layout, then 8 chunks of the 5th bits: chunk `j` (sub-block `j`), byte
+//!   `4r+i`, bit `s` belongs to step `8j+s`.
 //! - Q6_K (3360): `d[16]`, the 16 sub-block scales as 16 x 16 bytes (`16j + r`), nibble chunks
 //!   `0..32` of the low 4 bits, then 16 chunks of the top 2 bits: chunk `h`, byte `4r+i`, bits
 //!   `2s..2s+2` belong to step `4h+s`.
@@ -34,11 +36,12 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 5] = [
+pub const TYPES: [GgmlType; 6] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
     GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
@@ -58,7 +61,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {
-    /// Element codes: 4-bit (Q4_0, Q4_K), 5-bit (Q5_0), 6-bit (Q6_K), or raw bytes (Q8_0).
+    /// Element codes: 4-bit (Q4_0, Q4_K), 5-bit (Q5_0, Q5_K), 6-bit (Q6_K), or raw bytes (Q8_0).
     codes: [u8; 256],
     /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
     header: [u8; 32],
@@ -97,6 +100,17 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
                 for l in 0..32 {
                     c.codes[64 * k + l] = b[16 + 32 * k + l] & 15;
                     c.codes[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
+                }
+            }
+        }
+        Q5_K => {
+            c.header[..16].copy_from_slice(&b[..16]);
+            let (qh, qs) = (&b[16..48], &b[48..176]);
+            for k in 0..4 {
+                for l in 0..32 {
+                    let bit = |j: usize| ((qh[l] >> j) & 1) << 4;
+                    c.codes[64 * k + l] = (qs[32 * k + l] & 15) | bit(2 * k);
+                    c.codes[64 * k + 32 + l] = (qs[32 * k + l] >> 4) | bit(2 * k + 1);
                 }
             }
         }
@@ -147,6 +161,17 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
             for k in 0..4 {
                 for l in 0..32 {
                     b[16 + 32 * k + l] = c.codes[64 * k + l] | (c.codes[64 * k + 32 + l] << 4);
+                }
+            }
+        }
+        Q5_K => {
+            b[..16].copy_from_slice(&c.header[..16]);
+            b[16..48].fill(0);
+            for k in 0..4 {
+                for l in 0..32 {
+                    let (lo, hi) = (c.codes[64 * k + l], c.codes[64 * k + 32 + l]);
+                    b[48 + 32 * k + l] = (lo & 15) | ((hi & 15) << 4);
+                    b[16 + l] |= ((lo >> 4) << (2 * k)) | ((hi >> 4) << (2 * k + 1));
                 }
             }
         }
@@ -222,7 +247,7 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             }
             nib_chunks(t, 96, 32);
         }
-        Q4_K => {
+        Q4_K | Q5_K => {
             for r in 0..GROUP {
                 t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
                 for i in 0..12 {
@@ -230,6 +255,16 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
                 }
             }
             nib_chunks(t, 256, 256);
+            if ty == Q5_K {
+                for r in 0..GROUP {
+                    for e in 0..256 {
+                        let (k, i) = (e / 4, e % 4);
+                        let o = 2304 + 64 * (k / 8) + 4 * r + i;
+                        let s = k % 8;
+                        t[o] = (t[o] & !(1 << s)) | ((blocks[r].codes[e] >> 4) << s);
+                    }
+                }
+            }
         }
         Q6_K => {
             // The f16 d is at header[16..18] for Q6_K.
@@ -288,13 +323,17 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = nib(96, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
             }
         }
-        Q4_K => {
+        Q4_K | Q5_K => {
             c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
             for i in 0..12 {
                 c.header[4 + i] = t[64 + 16 * i + r];
             }
             for e in 0..256 {
                 c.codes[e] = nib(256, e);
+                if ty == Q5_K {
+                    let (k, i) = (e / 4, e % 4);
+                    c.codes[e] |= ((t[2304 + 64 * (k / 8) + 4 * r + i] >> (k % 8)) & 1) << 4;
+                }
             }
         }
         Q6_K => {
@@ -339,6 +378,7 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
         Q4_0 => pack_tiles(ty, rb, src, dst, pack_q4_0),
         Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
         Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
+        Q5_K => pack_tiles(ty, rb, src, dst, pack_q5_k),
         Q6_K => pack_tiles(ty, rb, src, dst, pack_q6_k),
         _ => unreachable!("no packed layout for {ty}"),
     }
@@ -424,6 +464,25 @@ fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {
         t[64 + 16 * i + r] = blk[4 + i];
     }
     put_nibbles(&blk[16..144], 32, r, t, 256);
+}
+
+fn pack_q5_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    for i in 0..12 {
+        t[64 + 16 * i + r] = blk[4 + i];
+    }
+    put_nibbles(&blk[48..176], 32, r, t, 256);
+    // 5th bits: element 32j + 4s + i has bit j of `qh` byte 4s + i, and goes to bit s of byte
+    // `4r + i` of chunk j.
+    const M: u32 = 0x0101_0101;
+    for j in 0..8 {
+        let mut w = 0;
+        for s in 0..8 {
+            w |= ((word(blk, 16 + 4 * s) >> j) & M) << s;
+        }
+        put(t, 2304 + 64 * j + 4 * r, w);
+    }
 }
 
 fn pack_q6_k(blk: &[u8], r: usize, t: &mut [u8]) {

@@ -1266,6 +1266,7 @@ pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
 pub(super) struct PkQ4K;
+pub(super) struct PkQ5K;
 pub(super) struct PkQ6K;
 
 impl Pk512 for PkQ8_0 {
@@ -1573,6 +1574,7 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
+        GgmlType::Q5_K => sb_body::<PkQ5K>(g, group, tokens, out, os),
         GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
@@ -1751,6 +1753,50 @@ impl SbType for PkQ4K {
         }
         let hi = _mm512_add_epi32(hi[0], hi[1]);
         _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_srai_epi32(hi, 4))
+    }
+}
+
+/// Q5_K: Q4_K's tile with the 5th bits after the nibbles (see `packed`), added to each step's
+/// values as `16·h`.
+impl SbType for PkQ5K {
+    const TILE: usize = 2816;
+    const SUBS: usize = 8;
+    const STEPS: usize = 8;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = true;
+    type St = Q4KSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> Q4KSt {
+        PkQ4K::state(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Q4KSt, t: *const u8, j: usize) -> __m512 {
+        PkQ4K::scale(st, t, j)
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &Q4KSt) -> __m512 {
+        PkQ4K::row_d(st)
+    }
+    #[inline(always)]
+    unsafe fn min(st: &Q4KSt, t: *const u8, j: usize) -> __m512 {
+        PkQ4K::min(st, t, j)
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        PkQ4K::steps(t, j, w);
+        // Bit s of each byte is step s's 5th bit: move it to bit 4 (16-bit shifts, then the
+        // mask keeps only bits that stayed within their byte).
+        let h = ld512(t.add(2304 + 64 * j));
+        let m = _mm512_set1_epi8(0x10);
+        w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), m));
+        w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), m));
+        w[2] = _mm512_or_si512(w[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), m));
+        w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), m));
+        w[4] = _mm512_or_si512(w[4], _mm512_and_si512(h, m));
+        w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), m));
+        w[6] = _mm512_or_si512(w[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), m));
+        w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), m));
     }
 }
 
@@ -2036,6 +2082,9 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q4_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os)
         }
+        GgmlType::Q5_K if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ5K>(g, group, gstride, tokens, out, os)
+        }
         _ if tokens.len() == 1 => {
             let t = tokens.start;
             match ty {
@@ -2043,6 +2092,7 @@ pub(super) unsafe fn packed_pair_avx512(
                 GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q5_K => sb_decode::<PkQ5K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q6_K => sb_decode::<PkQ6K, 2>(g, group, gstride, t, out, os),
                 _ => unreachable!("no packed kernel for {ty}"),
             }
