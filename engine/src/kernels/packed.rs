@@ -17,6 +17,9 @@
 //!   then nibble chunks `0..4`.
 //! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
 //!   of row `r` at `16i + r`), then nibble chunks `0..32`.
+//! - Q3_K (1760): `d[16]`, the 12 scale bytes of each row as 12 x 16 bytes (`16i + r`), 16 chunks
+//!   of the low 2 bits (chunk `h`, byte `4r+i`, bits `2s..2s+2` belong to step `4h+s`), then 8
+//!   chunks of the 3rd bits (chunk `c`, byte `4r+i`, bit `s` belongs to step `8c+s`).
 //! - Q5_K (2816): Q4_K's layout, then 8 chunks of the 5th bits: chunk `j` (sub-block `j`), byte
 //!   `4r+i`, bit `s` belongs to step `8j+s`.
 //! - Q6_K (3360): `d[16]`, the 16 sub-block scales as 16 x 16 bytes (`16j + r`), nibble chunks
@@ -36,10 +39,11 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 6] = [
+pub const TYPES: [GgmlType; 7] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -53,6 +57,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
         Q8_0 => 128,
         Q4_0 => 8,
         Q5_0 => 16,
+        Q3_K => 4,
         Q6_K => 32,
         _ => 0,
     }
@@ -61,7 +66,8 @@ pub fn value_offset(ty: GgmlType) -> i32 {
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {
-    /// Element codes: 4-bit (Q4_0, Q4_K), 5-bit (Q5_0, Q5_K), 6-bit (Q6_K), or raw bytes (Q8_0).
+    /// Element codes: 3-bit (Q3_K), 4-bit (Q4_0, Q4_K), 5-bit (Q5_0, Q5_K), 6-bit (Q6_K), or raw
+    /// bytes (Q8_0).
     codes: [u8; 256],
     /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
     header: [u8; 32],
@@ -101,6 +107,15 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
                     c.codes[64 * k + l] = b[16 + 32 * k + l] & 15;
                     c.codes[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
                 }
+            }
+        }
+        Q3_K => {
+            c.header[..14].copy_from_slice(&b[96..110]);
+            let (hm, qs) = (&b[..32], &b[32..96]);
+            for e in 0..256 {
+                let (n, j, l) = (e / 128, e % 128 / 32, e % 32);
+                let low = (qs[32 * n + l] >> (2 * j)) & 3;
+                c.codes[e] = low | (((hm[l] >> (4 * n + j)) & 1) << 2);
             }
         }
         Q5_K => {
@@ -162,6 +177,15 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
                 for l in 0..32 {
                     b[16 + 32 * k + l] = c.codes[64 * k + l] | (c.codes[64 * k + 32 + l] << 4);
                 }
+            }
+        }
+        Q3_K => {
+            b[96..110].copy_from_slice(&c.header[..14]);
+            b[..96].fill(0);
+            for e in 0..256 {
+                let (n, j, l) = (e / 128, e % 128 / 32, e % 32);
+                b[32 + 32 * n + l] |= (c.codes[e] & 3) << (2 * j);
+                b[l] |= (c.codes[e] >> 2) << (4 * n + j);
             }
         }
         Q5_K => {
@@ -247,6 +271,22 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             }
             nib_chunks(t, 96, 32);
         }
+        Q3_K => {
+            for r in 0..GROUP {
+                t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[12..14]);
+                for i in 0..12 {
+                    t[32 + 16 * i + r] = blocks[r].header[i];
+                }
+                for e in 0..256 {
+                    let (k, i) = (e / 4, e % 4);
+                    let code = blocks[r].codes[e];
+                    let o = 224 + 64 * (k / 4) + 4 * r + i;
+                    t[o] = (t[o] & !(3 << (2 * (k % 4)))) | ((code & 3) << (2 * (k % 4)));
+                    let o = 1248 + 64 * (k / 8) + 4 * r + i;
+                    t[o] = (t[o] & !(1 << (k % 8))) | ((code >> 2) << (k % 8));
+                }
+            }
+        }
         Q4_K | Q5_K => {
             for r in 0..GROUP {
                 t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
@@ -323,6 +363,18 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = nib(96, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
             }
         }
+        Q3_K => {
+            c.header[12..14].copy_from_slice(&t[2 * r..2 * r + 2]);
+            for i in 0..12 {
+                c.header[i] = t[32 + 16 * i + r];
+            }
+            for e in 0..256 {
+                let (k, i) = (e / 4, e % 4);
+                let low = (t[224 + 64 * (k / 4) + 4 * r + i] >> (2 * (k % 4))) & 3;
+                let high = (t[1248 + 64 * (k / 8) + 4 * r + i] >> (k % 8)) & 1;
+                c.codes[e] = low | (high << 2);
+            }
+        }
         Q4_K | Q5_K => {
             c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
             for i in 0..12 {
@@ -377,6 +429,7 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
         Q8_0 => pack_tiles(ty, rb, src, dst, pack_q8_0),
         Q4_0 => pack_tiles(ty, rb, src, dst, pack_q4_0),
         Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
+        Q3_K => pack_tiles(ty, rb, src, dst, pack_q3_k),
         Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
         Q5_K => pack_tiles(ty, rb, src, dst, pack_q5_k),
         Q6_K => pack_tiles(ty, rb, src, dst, pack_q6_k),
@@ -455,6 +508,33 @@ fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
         };
     }
     put_nibbles(&blk[6..22], 16, r, t, 96);
+}
+
+fn pack_q3_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[108..110]);
+    for i in 0..12 {
+        t[32 + 16 * i + r] = blk[96 + i];
+    }
+    // Low 2 bits: chunk h holds elements 16h..16h+16, from `qs` bytes 32(h/8) + 16(h%2) + 4s + i
+    // at bits 2((h%8)/2)..; step 4h+s goes to bits 2s (Q6_K's top bits, the same way).
+    const M2: u32 = 0x0303_0303;
+    for h in 0..16 {
+        let (base, shift) = (32 + 32 * (h / 8) + 16 * (h % 2), 2 * ((h % 8) / 2));
+        let mut w = 0;
+        for s in 0..4 {
+            w |= ((word(blk, base + 4 * s) >> shift) & M2) << (2 * s);
+        }
+        put(t, 224 + 64 * h + 4 * r, w);
+    }
+    // 3rd bits: element 32c + 4s + i has bit c of `hmask` byte 4s + i.
+    const M1: u32 = 0x0101_0101;
+    for c in 0..8 {
+        let mut w = 0;
+        for s in 0..8 {
+            w |= ((word(blk, 4 * s) >> c) & M1) << s;
+        }
+        put(t, 1248 + 64 * c + 4 * r, w);
+    }
 }
 
 fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {

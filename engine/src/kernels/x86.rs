@@ -1265,6 +1265,7 @@ unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
 pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
+pub(super) struct PkQ3K;
 pub(super) struct PkQ4K;
 pub(super) struct PkQ5K;
 pub(super) struct PkQ6K;
@@ -1573,6 +1574,7 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
+        GgmlType::Q3_K => sb_body::<PkQ3K>(g, group, tokens, out, os),
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
         GgmlType::Q5_K => sb_body::<PkQ5K>(g, group, tokens, out, os),
         GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
@@ -1753,6 +1755,89 @@ impl SbType for PkQ4K {
         }
         let hi = _mm512_add_epi32(hi[0], hi[1]);
         _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_srai_epi32(hi, 4))
+    }
+}
+
+/// Q3_K per-tile state: `d` and the 16 sub-block scales of the 16 rows (signed bytes).
+#[derive(Clone, Copy)]
+pub(super) struct Q3KSt {
+    d: __m512,
+    sc: [__m128i; 16],
+}
+
+/// Q3_K (see `packed`): 3-bit codes (value + 4) from a 2-bit and a 1-bit plane, 16 six-bit
+/// scales per row unpacked from their 12 bytes as ggml does, less 32.
+impl SbType for PkQ3K {
+    const TILE: usize = 1760;
+    const SUBS: usize = 16;
+    const STEPS: usize = 4;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = Q3KSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> Q3KSt {
+        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
+        let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
+        let hi = |x: __m128i| _mm_srli_epi16::<4>(x);
+        let mut sc = [_mm_setzero_si128(); 16];
+        for j in 0..4 {
+            let top = [
+                q[8 + j],
+                _mm_srli_epi16::<2>(q[8 + j]),
+                _mm_srli_epi16::<4>(q[8 + j]),
+                _mm_srli_epi16::<6>(q[8 + j]),
+            ];
+            let low = [q[j], q[j + 4], hi(q[j]), hi(q[j + 4])];
+            for (g, (low, top)) in low.iter().zip(top).enumerate() {
+                let v = _mm_or_si128(
+                    _mm_and_si128(*low, m15),
+                    _mm_slli_epi16::<4>(_mm_and_si128(top, m3)),
+                );
+                sc[4 * g + j] = _mm_sub_epi8(v, m32);
+            }
+        }
+        Q3KSt { d: d16(t), sc }
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Q3KSt, _: *const u8, j: usize) -> __m512 {
+        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st.sc[j])))
+    }
+    #[inline(always)]
+    unsafe fn min(_: &Q3KSt, _: *const u8, _: usize) -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        let lo = ld512(t.add(224 + 64 * j));
+        let h = ld512(t.add(1248 + 64 * (j / 2)));
+        let (m3, m4) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+        // Step s's 3rd bit is bit 4(j % 2) + s of its byte: moved to bit 2 (16-bit shifts, the
+        // mask keeps the bit that stayed within its byte).
+        let top = if j % 2 == 0 {
+            [
+                _mm512_slli_epi16(h, 2),
+                _mm512_slli_epi16(h, 1),
+                h,
+                _mm512_srli_epi16(h, 1),
+            ]
+        } else {
+            [
+                _mm512_srli_epi16(h, 2),
+                _mm512_srli_epi16(h, 3),
+                _mm512_srli_epi16(h, 4),
+                _mm512_srli_epi16(h, 5),
+            ]
+        };
+        let low = [
+            lo,
+            _mm512_srli_epi16(lo, 2),
+            _mm512_srli_epi16(lo, 4),
+            _mm512_srli_epi16(lo, 6),
+        ];
+        for s in 0..4 {
+            w[s] = _mm512_or_si512(_mm512_and_si512(low[s], m3), _mm512_and_si512(top[s], m4));
+        }
     }
 }
 
@@ -2079,6 +2164,9 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q6_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os)
         }
+        GgmlType::Q3_K if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ3K>(g, group, gstride, tokens, out, os)
+        }
         GgmlType::Q4_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os)
         }
@@ -2091,6 +2179,7 @@ pub(super) unsafe fn packed_pair_avx512(
                 GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q3_K => sb_decode::<PkQ3K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_K => sb_decode::<PkQ5K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q6_K => sb_decode::<PkQ6K, 2>(g, group, gstride, t, out, os),
