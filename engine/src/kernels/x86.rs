@@ -1814,7 +1814,7 @@ impl SbType for PkQ3K {
         let (m3, m4) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
         // Step s's 3rd bit is bit 4(j % 2) + s of its byte: moved to bit 2 (16-bit shifts, the
         // mask keeps the bit that stayed within its byte).
-        let top = if j % 2 == 0 {
+        let top = if j.is_multiple_of(2) {
             [
                 _mm512_slli_epi16(h, 2),
                 _mm512_slli_epi16(h, 1),
