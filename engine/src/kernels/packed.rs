@@ -22,6 +22,8 @@
 //!   chunks of the 3rd bits (chunk `c`, byte `4r+i`, bit `s` belongs to step `8c+s`).
 //! - Q5_K (2816): Q4_K's layout, then 8 chunks of the 5th bits: chunk `j` (sub-block `j`), byte
 //!   `4r+i`, bit `s` belongs to step `8j+s`.
+//! - IQ4_XS (2176): `d[16]`, the 6 scale bytes of each row (`scales_h`, `scales_l`) as 6 x 16
+//!   bytes (`16i + r`), then nibble chunks `0..32` of the 4-bit table indices.
 //! - Q6_K (3360): `d[16]`, the 16 sub-block scales as 16 x 16 bytes (`16j + r`), nibble chunks
 //!   `0..32` of the low 4 bits, then 16 chunks of the top 2 bits: chunk `h`, byte `4r+i`, bits
 //!   `2s..2s+2` belong to step `4h+s`.
@@ -39,7 +41,7 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 7] = [
+pub const TYPES: [GgmlType; 8] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
@@ -47,6 +49,7 @@ pub const TYPES: [GgmlType; 7] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
 ];
 
 /// What the packed kernels add to a stored value to make it unsigned (for `vpdpbusd`): each
@@ -59,6 +62,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
         Q5_0 => 16,
         Q3_K => 4,
         Q6_K => 32,
+        IQ4_XS => 128,
         _ => 0,
     }
 }
@@ -66,8 +70,8 @@ pub fn value_offset(ty: GgmlType) -> i32 {
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {
-    /// Element codes: 3-bit (Q3_K), 4-bit (Q4_0, Q4_K), 5-bit (Q5_0, Q5_K), 6-bit (Q6_K), or raw
-    /// bytes (Q8_0).
+    /// Element codes: 3-bit (Q3_K), 4-bit (Q4_0, Q4_K, IQ4_XS's table indices), 5-bit (Q5_0,
+    /// Q5_K), 6-bit (Q6_K), or raw bytes (Q8_0).
     codes: [u8; 256],
     /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
     header: [u8; 32],
@@ -107,6 +111,14 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
                     c.codes[64 * k + l] = b[16 + 32 * k + l] & 15;
                     c.codes[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
                 }
+            }
+        }
+        IQ4_XS => {
+            c.header[..8].copy_from_slice(&b[..8]);
+            for e in 0..256 {
+                let (ib, l) = (e / 32, e % 32);
+                let q = b[8 + 16 * ib + l % 16];
+                c.codes[e] = if l < 16 { q & 15 } else { q >> 4 };
             }
         }
         Q3_K => {
@@ -176,6 +188,14 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
             for k in 0..4 {
                 for l in 0..32 {
                     b[16 + 32 * k + l] = c.codes[64 * k + l] | (c.codes[64 * k + 32 + l] << 4);
+                }
+            }
+        }
+        IQ4_XS => {
+            b[..8].copy_from_slice(&c.header[..8]);
+            for ib in 0..8 {
+                for l in 0..16 {
+                    b[8 + 16 * ib + l] = c.codes[32 * ib + l] | (c.codes[32 * ib + 16 + l] << 4);
                 }
             }
         }
@@ -271,6 +291,14 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             }
             nib_chunks(t, 96, 32);
         }
+        IQ4_XS => {
+            for r in 0..GROUP {
+                for i in 0..6 {
+                    t[32 + 16 * i + r] = blocks[r].header[2 + i];
+                }
+            }
+            nib_chunks(t, 128, 256);
+        }
         Q3_K => {
             for r in 0..GROUP {
                 t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[12..14]);
@@ -363,6 +391,14 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = nib(96, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
             }
         }
+        IQ4_XS => {
+            for i in 0..6 {
+                c.header[2 + i] = t[32 + 16 * i + r];
+            }
+            for e in 0..256 {
+                c.codes[e] = nib(128, e);
+            }
+        }
         Q3_K => {
             c.header[12..14].copy_from_slice(&t[2 * r..2 * r + 2]);
             for i in 0..12 {
@@ -433,6 +469,7 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
         Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
         Q5_K => pack_tiles(ty, rb, src, dst, pack_q5_k),
         Q6_K => pack_tiles(ty, rb, src, dst, pack_q6_k),
+        IQ4_XS => pack_tiles(ty, rb, src, dst, pack_iq4_xs),
         _ => unreachable!("no packed layout for {ty}"),
     }
 }
@@ -583,6 +620,14 @@ fn pack_q6_k(blk: &[u8], r: usize, t: &mut [u8]) {
         }
         put(t, 2336 + 64 * h + 4 * r, w);
     }
+}
+
+fn pack_iq4_xs(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    for i in 0..6 {
+        t[32 + 16 * i + r] = blk[2 + i];
+    }
+    put_nibbles(&blk[8..136], 16, r, t, 128);
 }
 
 /// The element-by-element packer [`pack_group`] must match byte for byte.

@@ -1266,6 +1266,7 @@ pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
 pub(super) struct PkQ3K;
+pub(super) struct PkIq4Xs;
 pub(super) struct PkQ4K;
 pub(super) struct PkQ5K;
 pub(super) struct PkQ6K;
@@ -1578,6 +1579,7 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
         GgmlType::Q5_K => sb_body::<PkQ5K>(g, group, tokens, out, os),
         GgmlType::Q6_K => sb_body::<PkQ6K>(g, group, tokens, out, os),
+        GgmlType::IQ4_XS => sb_body::<PkIq4Xs>(g, group, tokens, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
 }
@@ -1755,6 +1757,70 @@ impl SbType for PkQ4K {
         }
         let hi = _mm512_add_epi32(hi[0], hi[1]);
         _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_srai_epi32(hi, 4))
+    }
+}
+
+/// IQ4_XS per-tile state: `d` and the 8 sub-block scales of the 16 rows (signed bytes).
+#[derive(Clone, Copy)]
+pub(super) struct Iq4XsSt {
+    d: __m512,
+    sc: [__m128i; 8],
+}
+
+/// IQ4_XS (see `packed`): 4-bit indices into the IQ4_NL levels, looked up as the levels plus
+/// 128 (unsigned bytes for `vpdpbusd`; sums start at `-128 · Σa`), 8 six-bit scales per row
+/// less 32.
+impl SbType for PkIq4Xs {
+    const TILE: usize = 2176;
+    const SUBS: usize = 8;
+    const STEPS: usize = 8;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = Iq4XsSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> Iq4XsSt {
+        let q: [__m128i; 6] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
+        let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
+        let mut sc = [_mm_setzero_si128(); 8];
+        for (ib, sc) in sc.iter_mut().enumerate() {
+            // Low 4 bits: scales_l byte ib/2, nibble ib%2; top 2: scales_h bits 2ib.. (byte ib/4).
+            let l = q[2 + ib / 2];
+            let low = if ib % 2 == 0 { l } else { _mm_srli_epi16::<4>(l) };
+            let h = q[ib / 4];
+            let top = match ib % 4 {
+                0 => _mm_slli_epi16::<4>(h),
+                1 => _mm_slli_epi16::<2>(h),
+                2 => h,
+                _ => _mm_srli_epi16::<2>(h),
+            };
+            let v = _mm_or_si128(
+                _mm_and_si128(low, m15),
+                _mm_and_si128(top, _mm_slli_epi16::<4>(m3)),
+            );
+            *sc = _mm_sub_epi8(v, m32);
+        }
+        Iq4XsSt { d: d16(t), sc }
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Iq4XsSt, _: *const u8, j: usize) -> __m512 {
+        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st.sc[j])))
+    }
+    #[inline(always)]
+    unsafe fn min(_: &Iq4XsSt, _: *const u8, _: usize) -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        let levels = _mm512_xor_si512(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)),
+            _mm512_set1_epi8(0x80u8 as i8),
+        );
+        for c in 0..4 {
+            let (lo, hi) = nib512(t.add(128 + 64 * (4 * j + c)));
+            w[2 * c] = _mm512_shuffle_epi8(levels, lo);
+            w[2 * c + 1] = _mm512_shuffle_epi8(levels, hi);
+        }
     }
 }
 
@@ -2164,6 +2230,9 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q6_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os)
         }
+        GgmlType::IQ4_XS if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkIq4Xs>(g, group, gstride, tokens, out, os)
+        }
         GgmlType::Q3_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ3K>(g, group, gstride, tokens, out, os)
         }
@@ -2183,6 +2252,7 @@ pub(super) unsafe fn packed_pair_avx512(
                 GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_K => sb_decode::<PkQ5K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q6_K => sb_decode::<PkQ6K, 2>(g, group, gstride, t, out, os),
+                GgmlType::IQ4_XS => sb_decode::<PkIq4Xs, 2>(g, group, gstride, t, out, os),
                 _ => unreachable!("no packed kernel for {ty}"),
             }
         }
