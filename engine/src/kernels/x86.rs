@@ -1612,7 +1612,11 @@ trait SbType {
     type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
-    unsafe fn min(st: &Self::St, t: *const u8, j: usize) -> __m512;
+    /// The rows' f32 minimums of sub-block `j` (with `MIN`).
+    #[inline(always)]
+    unsafe fn min(_st: &Self::St, _t: *const u8, _j: usize) -> __m512 {
+        _mm512_setzero_ps()
+    }
     /// The rows' super-block scale left out of [`SbType::scale`] (with `ROW_D`).
     #[inline(always)]
     unsafe fn row_d(_st: &Self::St) -> __m512 {
@@ -1663,10 +1667,6 @@ impl SbType for PkQ6K {
             *d,
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(t.add(32 + 16 * j)))),
         )
-    }
-    #[inline(always)]
-    unsafe fn min(_: &__m512, _: *const u8, _: usize) -> __m512 {
-        _mm512_setzero_ps()
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
@@ -1760,11 +1760,20 @@ impl SbType for PkQ4K {
     }
 }
 
-/// IQ4_XS per-tile state: `d` and the 8 sub-block scales of the 16 rows (signed bytes).
+/// Per-tile state of the types whose sub-block scales are small signed integers times the row's
+/// `d` (Q3_K, IQ4_XS): `d` and, per sub-block, the 16 rows' scales as signed bytes.
 #[derive(Clone, Copy)]
-pub(super) struct Iq4XsSt {
+pub(super) struct SignedScales<const N: usize> {
     d: __m512,
-    sc: [__m128i; 8],
+    sc: [__m128i; N],
+}
+
+impl<const N: usize> SignedScales<N> {
+    /// The rows' f32 scales of sub-block `j`.
+    #[inline(always)]
+    unsafe fn scale(&self, j: usize) -> __m512 {
+        _mm512_mul_ps(self.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(self.sc[j])))
+    }
 }
 
 /// IQ4_XS (see `packed`): 4-bit indices into the IQ4_NL levels, looked up as the levels plus
@@ -1777,9 +1786,9 @@ impl SbType for PkIq4Xs {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    type St = Iq4XsSt;
+    type St = SignedScales<8>;
     #[inline(always)]
-    unsafe fn state(t: *const u8) -> Iq4XsSt {
+    unsafe fn state(t: *const u8) -> SignedScales<8> {
         let q: [__m128i; 6] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
         let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
         let mut sc = [_mm_setzero_si128(); 8];
@@ -1800,15 +1809,11 @@ impl SbType for PkIq4Xs {
             );
             *sc = _mm_sub_epi8(v, m32);
         }
-        Iq4XsSt { d: d16(t), sc }
+        SignedScales { d: d16(t), sc }
     }
     #[inline(always)]
-    unsafe fn scale(st: &Iq4XsSt, _: *const u8, j: usize) -> __m512 {
-        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st.sc[j])))
-    }
-    #[inline(always)]
-    unsafe fn min(_: &Iq4XsSt, _: *const u8, _: usize) -> __m512 {
-        _mm512_setzero_ps()
+    unsafe fn scale(st: &SignedScales<8>, _: *const u8, j: usize) -> __m512 {
+        st.scale(j)
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
@@ -1824,13 +1829,6 @@ impl SbType for PkIq4Xs {
     }
 }
 
-/// Q3_K per-tile state: `d` and the 16 sub-block scales of the 16 rows (signed bytes).
-#[derive(Clone, Copy)]
-pub(super) struct Q3KSt {
-    d: __m512,
-    sc: [__m128i; 16],
-}
-
 /// Q3_K (see `packed`): 3-bit codes (value + 4) from a 2-bit and a 1-bit plane, 16 six-bit
 /// scales per row unpacked from their 12 bytes as ggml does, less 32.
 impl SbType for PkQ3K {
@@ -1840,9 +1838,9 @@ impl SbType for PkQ3K {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    type St = Q3KSt;
+    type St = SignedScales<16>;
     #[inline(always)]
-    unsafe fn state(t: *const u8) -> Q3KSt {
+    unsafe fn state(t: *const u8) -> SignedScales<16> {
         let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
         let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
         let hi = |x: __m128i| _mm_srli_epi16::<4>(x);
@@ -1863,15 +1861,11 @@ impl SbType for PkQ3K {
                 sc[4 * g + j] = _mm_sub_epi8(v, m32);
             }
         }
-        Q3KSt { d: d16(t), sc }
+        SignedScales { d: d16(t), sc }
     }
     #[inline(always)]
-    unsafe fn scale(st: &Q3KSt, _: *const u8, j: usize) -> __m512 {
-        _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st.sc[j])))
-    }
-    #[inline(always)]
-    unsafe fn min(_: &Q3KSt, _: *const u8, _: usize) -> __m512 {
-        _mm512_setzero_ps()
+    unsafe fn scale(st: &SignedScales<16>, _: *const u8, j: usize) -> __m512 {
+        st.scale(j)
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
