@@ -306,12 +306,9 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
                     t[32 + 16 * i + r] = blocks[r].header[i];
                 }
                 for e in 0..256 {
-                    let (k, i) = (e / 4, e % 4);
                     let code = blocks[r].codes[e];
-                    let o = 224 + 64 * (k / 4) + 4 * r + i;
-                    t[o] = (t[o] & !(3 << (2 * (k % 4)))) | ((code & 3) << (2 * (k % 4)));
-                    let o = 1248 + 64 * (k / 8) + 4 * r + i;
-                    t[o] = (t[o] & !(1 << (k % 8))) | ((code >> 2) << (k % 8));
+                    plane_set(t, 224, 2, r, e, code & 3);
+                    plane_set(t, 1248, 1, r, e, code >> 2);
                 }
             }
         }
@@ -326,10 +323,7 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             if ty == Q5_K {
                 for r in 0..GROUP {
                     for e in 0..256 {
-                        let (k, i) = (e / 4, e % 4);
-                        let o = 2304 + 64 * (k / 8) + 4 * r + i;
-                        let s = k % 8;
-                        t[o] = (t[o] & !(1 << s)) | ((blocks[r].codes[e] >> 4) << s);
+                        plane_set(t, 2304, 1, r, e, blocks[r].codes[e] >> 4);
                     }
                 }
             }
@@ -345,15 +339,33 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             nib_chunks(t, 288, 256);
             for r in 0..GROUP {
                 for e in 0..256 {
-                    let (k, i) = (e / 4, e % 4);
-                    let o = 2336 + 64 * (k / 4) + 4 * r + i;
-                    let s = k % 4;
-                    t[o] = (t[o] & !(3 << (2 * s))) | ((blocks[r].codes[e] >> 4) << (2 * s));
+                    plane_set(t, 2336, 2, r, e, blocks[r].codes[e] >> 4);
                 }
             }
         }
         _ => unreachable!(),
     }
+}
+
+/// Element `e` of row `r` in a plane of `bits`-bit fields at `base` (Q3_K's, Q5_K's and Q6_K's
+/// bit planes): each 64-byte chunk holds `8 / bits` steps, step `s` of it at bits `bits·s` of
+/// byte `4r + i` for the step's element `i`.
+fn plane_at(base: usize, bits: usize, r: usize, e: usize) -> (usize, usize) {
+    let (k, i) = (e / 4, e % 4);
+    let per = 8 / bits;
+    (base + 64 * (k / per) + 4 * r + i, bits * (k % per))
+}
+
+fn plane_get(t: &[u8], base: usize, bits: usize, r: usize, e: usize) -> u8 {
+    let (o, shift) = plane_at(base, bits, r, e);
+    (t[o] >> shift) & ((1 << bits) - 1)
+}
+
+#[cfg(test)]
+fn plane_set(t: &mut [u8], base: usize, bits: usize, r: usize, e: usize, v: u8) {
+    let (o, shift) = plane_at(base, bits, r, e);
+    let mask = ((1u8 << bits) - 1) << shift;
+    t[o] = (t[o] & !mask) | ((v << shift) & mask);
 }
 
 /// Reads row `r`'s block back out of a tile.
@@ -405,10 +417,7 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.header[i] = t[32 + 16 * i + r];
             }
             for e in 0..256 {
-                let (k, i) = (e / 4, e % 4);
-                let low = (t[224 + 64 * (k / 4) + 4 * r + i] >> (2 * (k % 4))) & 3;
-                let high = (t[1248 + 64 * (k / 8) + 4 * r + i] >> (k % 8)) & 1;
-                c.codes[e] = low | (high << 2);
+                c.codes[e] = plane_get(t, 224, 2, r, e) | (plane_get(t, 1248, 1, r, e) << 2);
             }
         }
         Q4_K | Q5_K => {
@@ -419,8 +428,7 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
             for e in 0..256 {
                 c.codes[e] = nib(256, e);
                 if ty == Q5_K {
-                    let (k, i) = (e / 4, e % 4);
-                    c.codes[e] |= ((t[2304 + 64 * (k / 8) + 4 * r + i] >> (k % 8)) & 1) << 4;
+                    c.codes[e] |= plane_get(t, 2304, 1, r, e) << 4;
                 }
             }
         }
@@ -430,9 +438,7 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.header[j] = t[32 + 16 * j + r];
             }
             for e in 0..256 {
-                let (k, i) = (e / 4, e % 4);
-                let hb = (t[2336 + 64 * (k / 4) + 4 * r + i] >> (2 * (k % 4))) & 3;
-                c.codes[e] = nib(288, e) | (hb << 4);
+                c.codes[e] = nib(288, e) | (plane_get(t, 2336, 2, r, e) << 4);
             }
         }
         _ => unreachable!(),
@@ -517,6 +523,38 @@ fn put_nibbles(qs: &[u8], run: usize, r: usize, t: &mut [u8], base: usize) {
     }
 }
 
+/// Moves the 2-bit fields of a block's 256 elements (`q`: 64 bytes in ggml's K-quant order,
+/// element 128n + 32j + l at bits 2j of byte 32n + l; Q3_K's low bits, Q6_K's top bits) of row
+/// `r` into the 16 chunks at `base`: chunk h holds elements 16h..16h+16, which come from bytes
+/// 32(h/8) + 16(h%2) + 4s + i at bits 2((h%8)/2); step 4h+s goes to bits 2s.
+#[inline(always)]
+fn put_pairs(q: &[u8], r: usize, t: &mut [u8], base: usize) {
+    const M: u32 = 0x0303_0303;
+    for h in 0..16 {
+        let (at, shift) = (32 * (h / 8) + 16 * (h % 2), 2 * ((h % 8) / 2));
+        let mut w = 0;
+        for s in 0..4 {
+            w |= ((word(q, at + 4 * s) >> shift) & M) << (2 * s);
+        }
+        put(t, base + 64 * h + 4 * r, w);
+    }
+}
+
+/// Moves the 1-bit fields of a block's 256 elements (`m`: 32 bytes, element 32c + 4s + i at bit
+/// c of byte 4s + i; Q3_K's `hmask`, Q5_K's `qh`) of row `r` into the 8 chunks at `base`: chunk
+/// c, bit s of byte `4r + i`.
+#[inline(always)]
+fn put_bits(m: &[u8], r: usize, t: &mut [u8], base: usize) {
+    const M: u32 = 0x0101_0101;
+    for c in 0..8 {
+        let mut w = 0;
+        for s in 0..8 {
+            w |= ((word(m, 4 * s) >> c) & M) << s;
+        }
+        put(t, base + 64 * c + 4 * r, w);
+    }
+}
+
 // Each of these writes row `r`'s block `blk` (the file's layout) into its places in tile `t`.
 
 fn pack_q8_0(blk: &[u8], r: usize, t: &mut [u8]) {
@@ -552,26 +590,8 @@ fn pack_q3_k(blk: &[u8], r: usize, t: &mut [u8]) {
     for i in 0..12 {
         t[32 + 16 * i + r] = blk[96 + i];
     }
-    // Low 2 bits: chunk h holds elements 16h..16h+16, from `qs` bytes 32(h/8) + 16(h%2) + 4s + i
-    // at bits 2((h%8)/2)..; step 4h+s goes to bits 2s (Q6_K's top bits, the same way).
-    const M2: u32 = 0x0303_0303;
-    for h in 0..16 {
-        let (base, shift) = (32 + 32 * (h / 8) + 16 * (h % 2), 2 * ((h % 8) / 2));
-        let mut w = 0;
-        for s in 0..4 {
-            w |= ((word(blk, base + 4 * s) >> shift) & M2) << (2 * s);
-        }
-        put(t, 224 + 64 * h + 4 * r, w);
-    }
-    // 3rd bits: element 32c + 4s + i has bit c of `hmask` byte 4s + i.
-    const M1: u32 = 0x0101_0101;
-    for c in 0..8 {
-        let mut w = 0;
-        for s in 0..8 {
-            w |= ((word(blk, 4 * s) >> c) & M1) << s;
-        }
-        put(t, 1248 + 64 * c + 4 * r, w);
-    }
+    put_pairs(&blk[32..96], r, t, 224);
+    put_bits(&blk[..32], r, t, 1248);
 }
 
 fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {
@@ -590,16 +610,7 @@ fn pack_q5_k(blk: &[u8], r: usize, t: &mut [u8]) {
         t[64 + 16 * i + r] = blk[4 + i];
     }
     put_nibbles(&blk[48..176], 32, r, t, 256);
-    // 5th bits: element 32j + 4s + i has bit j of `qh` byte 4s + i, and goes to bit s of byte
-    // `4r + i` of chunk j.
-    const M: u32 = 0x0101_0101;
-    for j in 0..8 {
-        let mut w = 0;
-        for s in 0..8 {
-            w |= ((word(blk, 16 + 4 * s) >> j) & M) << s;
-        }
-        put(t, 2304 + 64 * j + 4 * r, w);
-    }
+    put_bits(&blk[16..48], r, t, 2304);
 }
 
 fn pack_q6_k(blk: &[u8], r: usize, t: &mut [u8]) {
@@ -609,17 +620,7 @@ fn pack_q6_k(blk: &[u8], r: usize, t: &mut [u8]) {
     }
     // Low 4 bits: per half, 64 low nibbles then 64 high nibbles of `ql`.
     put_nibbles(&blk[..128], 64, r, t, 288);
-    // Top 2 bits: chunk h holds elements 16h..16h+16, which come from `qh` bytes
-    // 32(h/8) + 16(h%2) + 4s + i at bits 2((h%8)/2)..; step 4h+s goes to bits 2s.
-    const M: u32 = 0x0303_0303;
-    for h in 0..16 {
-        let (base, shift) = (128 + 32 * (h / 8) + 16 * (h % 2), 2 * ((h % 8) / 2));
-        let mut w = 0;
-        for s in 0..4 {
-            w |= ((word(blk, base + 4 * s) >> shift) & M) << (2 * s);
-        }
-        put(t, 2336 + 64 * h + 4 * r, w);
-    }
+    put_pairs(&blk[128..192], r, t, 2336);
 }
 
 fn pack_iq4_xs(blk: &[u8], r: usize, t: &mut [u8]) {
