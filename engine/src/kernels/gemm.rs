@@ -92,27 +92,28 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, b
     if e.has_min {
         p.mins.resize(n_sub * PANEL_ROWS, 0.0);
     }
+    let bb = ty.type_size() as usize;
+    let bs = ty.block_size() as usize;
+    // Element `e` of row `r` goes to byte `4 * (16 * (e / 4) + r) + e % 4`: step `e / 4` (sub-block
+    // `e / sub`, step `e % sub / 4` within it) holds four values of each row in turn.
+    let bias = if biased { 0x8080_8080u32 } else { 0 };
     let mut v = [0i8; 256];
     for r in 0..rows {
-        let row = &w[r * row_bytes..r * row_bytes + ty.row_bytes(n as u64).expect("whole blocks") as usize];
-        let bb = ty.type_size() as usize;
-        let bs = ty.block_size() as usize;
+        let row = &w[r * row_bytes..r * row_bytes + n / bs * bb];
         for (bi, b) in row.chunks_exact(bb).enumerate() {
             // Values of this block into `v`, scales/mins per sub-block into the panel.
             let j0 = bi * bs / e.sub;
-            let mut put = |j: usize, s: f32, m: f32| {
+            block_values(ty, b, &mut v, &mut |j: usize, s: f32, m: f32| {
                 p.scales[(j0 + j) * PANEL_ROWS + r] = s;
                 if e.has_min {
                     p.mins[(j0 + j) * PANEL_ROWS + r] = m;
                 }
-            };
-            block_values(ty, b, &mut v, &mut put);
-            // Interleave: element i of sub-block j goes to step i/4, byte i%4 of row r.
-            for i in 0..bs {
-                let (j, ii) = (j0 + i / e.sub, i % e.sub);
-                let k = ii / 4;
-                p.vals[((j * (e.sub / 4) + k) * PANEL_ROWS + r) * 4 + ii % 4] =
-                    if biased { (v[i] as u8 ^ 0x80) as i8 } else { v[i] };
+            });
+            let steps = &mut p.vals[bi * bs * PANEL_ROWS..(bi + 1) * bs * PANEL_ROWS];
+            for (step, q) in steps.chunks_exact_mut(4 * PANEL_ROWS).zip(v[..bs].chunks_exact(4)) {
+                let word = u32::from_ne_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]) ^ bias;
+                let [a, b, c, d] = word.to_ne_bytes();
+                step[4 * r..4 * r + 4].copy_from_slice(&[a as i8, b as i8, c as i8, d as i8]);
             }
         }
     }
@@ -122,16 +123,18 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, b
 fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(usize, f32, f32)) {
     use GgmlType::*;
     match ty {
-        Q4_0 | IQ4_NL => {
-            for j in 0..16 {
-                let (lo, hi) = (b[2 + j] & 15, b[2 + j] >> 4);
-                if ty == Q4_0 {
-                    v[j] = lo as i8 - 8;
-                    v[j + 16] = hi as i8 - 8;
-                } else {
-                    v[j] = IQ4NL_VALUES[lo as usize];
-                    v[j + 16] = IQ4NL_VALUES[hi as usize];
-                }
+        // One loop per type (not one branch per value): each compiles to vector code.
+        Q4_0 => {
+            for (j, &q) in b[2..18].iter().enumerate() {
+                v[j] = (q & 15) as i8 - 8;
+                v[j + 16] = (q >> 4) as i8 - 8;
+            }
+            put(0, f16(b, 0), 0.0);
+        }
+        IQ4_NL => {
+            for (j, &q) in b[2..18].iter().enumerate() {
+                v[j] = IQ4NL_VALUES[usize::from(q & 15)];
+                v[j + 16] = IQ4NL_VALUES[usize::from(q >> 4)];
             }
             put(0, f16(b, 0), 0.0);
         }
