@@ -30,19 +30,41 @@ pub struct Expansion {
     pub sub: usize,
     /// Whether rows have a per-sub-block minimum (`w = s*v + m` or `s*v - m`).
     pub has_min: bool,
+    /// `(off, max)` when every value plus `off` lies in `0..=max` with `max` below 64: AVX2
+    /// then multiplies the stored values as unsigned bytes directly (no sign trick) and sums a
+    /// few steps' `maddubs` pairs in i16 before widening (see [`Expansion::i16_steps`]).
+    pub unsigned: Option<(i8, u8)>,
+}
+
+impl Expansion {
+    /// Steps whose `maddubs` pair sums (each at most `2 * max * 128` in magnitude) an i16 lane
+    /// can add up without saturating, at most a sub-block's steps; 0 for signed values.
+    pub fn i16_steps(self) -> usize {
+        self.unsigned.map_or(0, |(_, max)| {
+            (i16::MAX as usize / (256 * usize::from(max))).min(self.sub / 4)
+        })
+    }
 }
 
 /// Whether `ty` has a GEMM expansion, and its shape.
 pub fn expansion(ty: GgmlType) -> Option<Expansion> {
     use GgmlType::*;
-    let (sub, has_min) = match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => (32, false),
-        Q4_1 | Q5_1 | Q4_K | Q5_K => (32, true),
-        Q6_K | Q3_K => (16, false),
-        Q2_K => (16, true),
+    let (sub, has_min, unsigned) = match ty {
+        Q8_0 | IQ4_NL | IQ4_XS => (32, false, None),
+        Q4_0 => (32, false, Some((8, 15))),
+        Q5_0 => (32, false, Some((16, 31))),
+        Q4_1 | Q4_K => (32, true, Some((0, 15))),
+        Q5_1 | Q5_K => (32, true, Some((0, 31))),
+        Q6_K => (16, false, Some((32, 63))),
+        Q3_K => (16, false, Some((4, 7))),
+        Q2_K => (16, true, Some((0, 3))),
         _ => return None,
     };
-    Some(Expansion { sub, has_min })
+    Some(Expansion {
+        sub,
+        has_min,
+        unsigned,
+    })
 }
 
 /// One expanded panel: `vals[j][k][r][4]` (sub-block `j`, step `k` of four elements, row `r`),
@@ -77,15 +99,16 @@ fn f16(b: &[u8], o: usize) -> f32 {
 }
 
 /// Expands rows `rows` (at most [`PANEL_ROWS`]) of `n` elements of type `ty`; row `r` is
-/// `w[r * row_bytes..]`. With `biased` the values are stored plus 128 (as unsigned bytes, for
-/// VNNI's unsigned x signed products).
-pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, biased: bool, p: &mut Panel) {
+/// `w[r * row_bytes..]`. The values are stored plus `off` (wrapping): 0 for signed bytes, -128
+/// for VNNI's unsigned x signed products (values plus 128), or the type's
+/// [`Expansion::unsigned`] offset.
+pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, off: i8, p: &mut Panel) {
     let e = expansion(ty).expect("type has an expansion");
     assert!(rows <= PANEL_ROWS);
     let n_sub = n / e.sub;
     p.n_sub = n_sub;
     p.vals.clear();
-    p.vals.resize(n * PANEL_ROWS, if biased { i8::MIN } else { 0 });
+    p.vals.resize(n * PANEL_ROWS, off);
     p.scales.clear();
     p.scales.resize(n_sub * PANEL_ROWS, 0.0);
     p.mins.clear();
@@ -96,7 +119,6 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, b
     let bs = ty.block_size() as usize;
     // Element `e` of row `r` goes to byte `4 * (16 * (e / 4) + r) + e % 4`: step `e / 4` (sub-block
     // `e / sub`, step `e % sub / 4` within it) holds four values of each row in turn.
-    let bias = if biased { 0x8080_8080u32 } else { 0 };
     let mut v = [0i8; 256];
     for r in 0..rows {
         let row = &w[r * row_bytes..r * row_bytes + n / bs * bb];
@@ -110,10 +132,12 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, b
                 }
             });
             let steps = &mut p.vals[bi * bs * PANEL_ROWS..(bi + 1) * bs * PANEL_ROWS];
-            for (step, q) in steps.chunks_exact_mut(4 * PANEL_ROWS).zip(v[..bs].chunks_exact(4)) {
-                let word = u32::from_ne_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]) ^ bias;
-                let [a, b, c, d] = word.to_ne_bytes();
-                step[4 * r..4 * r + 4].copy_from_slice(&[a as i8, b as i8, c as i8, d as i8]);
+            for (step, q) in steps
+                .chunks_exact_mut(4 * PANEL_ROWS)
+                .zip(v[..bs].chunks_exact(4))
+            {
+                let q: [i8; 4] = [q[0], q[1], q[2], q[3]];
+                step[4 * r..4 * r + 4].copy_from_slice(&q.map(|x| x.wrapping_add(off)));
             }
         }
     }

@@ -304,11 +304,17 @@ fn gemm(
     out: &mut [f32],
 ) {
     let e = gemm::expansion(w.ty).expect("checked by the caller");
-    // AVX-512's panels hold values plus 128 (the other tiers ignore the offset sums).
-    let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, 128);
+    // What the panels add to every value: AVX-512's hold values plus 128 (unsigned for
+    // `vpdpbusd`), AVX2's small unsigned values where the type allows; the integer sums start
+    // at `-off · Σa` (the offset sums, which NEON's signed panels do not read).
+    let off: i32 = match isa {
+        Isa::Avx512 => 128,
+        Isa::Avx2 => e.unsigned.map_or(0, |(off, _)| off.into()),
+        _ => 0,
+    };
+    let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
     let n_panels = range.len().div_ceil(PANEL_ROWS);
     let dst = Out(out.as_mut_ptr());
-    let biased = isa == Isa::Avx512;
     pool.for_each_chunk(n_panels, 1, |panels| {
         PANEL.with(|cell| {
             let mut panel = cell.borrow_mut();
@@ -321,7 +327,7 @@ fn gemm(
                     &w.data[r0 * w.row_bytes..],
                     w.row_bytes,
                     rows,
-                    biased,
+                    off as u8 as i8,
                     &mut panel,
                 );
                 let tile = Tile {

@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::*;
-use crate::quant::blocks::{q3_k_scales, scale_min_k4};
+use crate::quant::blocks::q3_k_scales;
 use crate::quant::GgmlType;
 
 // ---------------------------------------------------------------------------------------------
@@ -307,28 +307,80 @@ unsafe fn q8k_parts(a: *const u8, i: usize) -> (f32, *const u8, *const u8) {
     (ld_f32(p), p.add(4), p.add(260))
 }
 
-/// Sums of adjacent pairs of the 16 bsums: the sums of the 8 sub-blocks of 32.
+/// The 16 bsums summed in adjacent pairs: the 8 sums of the sub-blocks of 32, as i16 (each at
+/// most 32 * 127 in magnitude).
 #[inline(always)]
-unsafe fn bsums32(bs: *const u8) -> [i32; 8] {
-    let mut out = [0i32; 8];
-    for (j, o) in out.iter_mut().enumerate() {
-        let p = bs.add(4 * j) as *const i16;
-        *o = i32::from(p.read_unaligned()) + i32::from(p.add(1).read_unaligned());
-    }
-    out
+unsafe fn bsums32(bs: *const u8) -> __m128i {
+    _mm_hadd_epi16(ld128(bs), ld128(bs.add(16)))
 }
 
-/// Q4_K / Q5_K scales and mins (6 bits each, 12 bytes) as 8 + 8 bytes.
+/// Q4_K / Q5_K scales and mins (6 bits each, 12 bytes) as bytes 0..8 (scales) and 8..16 (mins)
+/// of one vector: ggml's word-wise unpacking, a few integer operations for all 16 (the same
+/// values as [`scale_min_k4`]).
 #[inline(always)]
-unsafe fn k4_scales(p: *const u8) -> ([u8; 8], [u8; 8]) {
-    let s = &*(p as *const [u8; 12]);
-    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
-    for j in 0..8 {
-        (sc[j], m[j]) = scale_min_k4(j, s);
-    }
-    (sc, m)
+unsafe fn k4_scales(p: *const u8) -> __m128i {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let u = |i: usize| (p.add(4 * i) as *const u32).read_unaligned();
+    let (u0, u1, u2) = (u(0), u(1), u(2));
+    let sc_lo = u0 & KMASK1;
+    let sc_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let m_lo = u1 & KMASK1;
+    let m_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32)
 }
 
+/// Broadcasts i16 lane `k` of each 128-bit half of `v` over that half (`k` < 8).
+#[inline(always)]
+unsafe fn bcast_i16(v: __m256i, k: usize) -> __m256i {
+    let lane = (2 * k as i16) | ((2 * k as i16 + 1) << 8);
+    _mm256_shuffle_epi8(v, _mm256_set1_epi16(lane))
+}
+
+/// The 16 sub-block scales of a 16-element-sub-block K-quant (Q2_K, Q3_K, Q6_K) as i16, laid
+/// out for [`Scales16::pair`].
+#[derive(Clone, Copy)]
+struct Scales16 {
+    /// All 16, in order (for the offset or minimum sums against the bsums).
+    all: __m256i,
+    /// Scales 0..8 in both halves, and 8..16 in both halves.
+    lo: __m256i,
+    hi: __m256i,
+}
+
+impl Scales16 {
+    #[inline(always)]
+    unsafe fn new(all: __m256i) -> Scales16 {
+        Scales16 {
+            all,
+            lo: _mm256_permute2x128_si256(all, all, 0x00),
+            hi: _mm256_permute2x128_si256(all, all, 0x11),
+        }
+    }
+    /// `[s[k]; 8] ++ [s[k+1]; 8]` (`k` even): the scales of two adjacent sub-blocks over the
+    /// 32 values one step dots.
+    #[inline(always)]
+    unsafe fn pair(&self, k: usize) -> __m256i {
+        let (src, kk) = if k < 8 { (self.lo, k) } else { (self.hi, k - 8) };
+        let lane = |k: usize| (2 * k as i16) | ((2 * k as i16 + 1) << 8);
+        _mm256_shuffle_epi8(
+            src,
+            _mm256_set_m128i(_mm_set1_epi16(lane(kk + 1)), _mm_set1_epi16(lane(kk))),
+        )
+    }
+    /// `Σ_j s_j · bsum_j` in 8 i32 lanes (pairs of sub-blocks).
+    #[inline(always)]
+    unsafe fn dot_bsums(&self, bs: *const u8) -> __m256i {
+        _mm256_madd_epi16(self.all, ld256(bs))
+    }
+}
+
+/// Q4_K / Q5_K rows. Per row and super-block the scale work is vector code: the 12 scale bytes
+/// unpacked word-wise, the minimum term as one `madd` of the 8 mins with the bsums into a float
+/// vector, each sub-block's scale broadcast by a shuffle. Done per row in scalar code (the
+/// former way) it was as much work as the dot products: AVX2 decode of the 1.1B Q4_K_M file ran
+/// at half llama.cpp's AVX2 speed on one thread, compute bound.
 #[inline(always)]
 unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
     nb: usize,
@@ -339,20 +391,25 @@ unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
     let wb = if Q5 { Q5_K_BYTES } else { Q4_K_BYTES };
     let qs_off = if Q5 { 48 } else { 16 };
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut accm = [0f32; R];
+    let mut accm = [_mm_setzero_ps(); R];
     let m4 = _mm256_set1_epi8(0x0f);
     for i in 0..nb {
         prefetch_next_rows::<R>(w, ws, i * wb, wb);
         let (da, q8, bs) = q8k_parts(a, i);
         let b32 = bsums32(bs);
-        let mut sc = [[0u8; 8]; R];
+        let mut sc = [_mm256_setzero_si256(); R];
         let mut sumi = [_mm256_setzero_si256(); R];
         for r in 0..R {
             let wp = w.add(r * ws + i * wb);
-            let (s, m) = k4_scales(wp.add(4));
-            sc[r] = s;
-            let summ: i32 = (0..8).map(|j| i32::from(m[j]) * b32[j]).sum();
-            accm[r] -= ld_f16(wp.add(2)) * da * summ as f32;
+            let sm = k4_scales(wp.add(4));
+            let s16 = _mm_cvtepu8_epi16(sm);
+            sc[r] = _mm256_set_m128i(s16, s16);
+            let mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm)), b32);
+            accm[r] = _mm_fmadd_ps(
+                _mm_set1_ps(ld_f16(wp.add(2)) * da),
+                _mm_cvtepi32_ps(mins),
+                accm[r],
+            );
         }
         for c in 0..4 {
             let a_lo = ld256(q8.add(64 * c));
@@ -370,10 +427,8 @@ unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
                     lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
                     hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
                 }
-                let s_lo = _mm256_set1_epi16(i16::from(sc[r][2 * c]));
-                let s_hi = _mm256_set1_epi16(i16::from(sc[r][2 * c + 1]));
-                sumi[r] = D::dpwssd(sumi[r], maddubs(lo, a_lo), s_lo);
-                sumi[r] = D::dpwssd(sumi[r], maddubs(hi, a_hi), s_hi);
+                sumi[r] = D::dpwssd(sumi[r], maddubs(lo, a_lo), bcast_i16(sc[r], 2 * c));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(hi, a_hi), bcast_i16(sc[r], 2 * c + 1));
             }
         }
         for r in 0..R {
@@ -387,42 +442,32 @@ unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + accm[r];
+        let m = accm[r];
+        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = hsum_ps(acc[r]) - _mm_cvtss_f32(m);
     }
     out
-}
-
-/// Two adjacent 16-element sub-block scales `[s[k]; 8] ++ [s[k+1]; 8]` as i16 lanes.
-#[inline(always)]
-unsafe fn scale_pair(s: &[i16; 16], k: usize) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(s[k + 1]), _mm_set1_epi16(s[k]))
-}
-
-/// Σ_j scale_j * bsum_j over the 16 sub-blocks.
-#[inline(always)]
-unsafe fn scaled_bsums(s: &[i16; 16], bs: *const u8) -> i32 {
-    let sv = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
-    hsum_epi32(_mm256_madd_epi16(sv, ld256(bs)))
 }
 
 #[inline(always)]
 unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut acco = [0f32; R];
     let m4 = _mm256_set1_epi8(0x0f);
     let m3 = _mm256_set1_epi8(0x03);
     for i in 0..nb {
         prefetch_next_rows::<R>(w, ws, i * Q6_K_BYTES, Q6_K_BYTES);
         let (da, q8, bs) = q8k_parts(a, i);
-        let mut sc = [[0i16; 16]; R];
+        let mut sc = [Scales16::new(_mm256_setzero_si256()); R];
         let mut sumi = [_mm256_setzero_si256(); R];
         for r in 0..R {
             let wp = w.add(r * ws + i * Q6_K_BYTES);
-            for j in 0..16 {
-                sc[r][j] = i16::from(*wp.add(192 + j) as i8);
-            }
-            let d = ld_f16(wp.add(208)) * da;
-            acco[r] -= d * (32 * scaled_bsums(&sc[r], bs)) as f32;
+            sc[r] = Scales16::new(_mm256_cvtepi8_epi16(ld128(wp.add(192))));
+            // The values are stored plus 32: the sum starts at -32 Σ_j s_j bsum_j.
+            sumi[r] = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32::<5>(sc[r].dot_bsums(bs)),
+            );
         }
         for h in 0..2 {
             let a0 = ld256(q8.add(128 * h));
@@ -451,10 +496,10 @@ unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4),
                 );
                 let s = &sc[r];
-                sumi[r] = D::dpwssd(sumi[r], maddubs(q0, a0), scale_pair(s, 8 * h));
-                sumi[r] = D::dpwssd(sumi[r], maddubs(q1, a1), scale_pair(s, 8 * h + 2));
-                sumi[r] = D::dpwssd(sumi[r], maddubs(q2, a2), scale_pair(s, 8 * h + 4));
-                sumi[r] = D::dpwssd(sumi[r], maddubs(q3, a3), scale_pair(s, 8 * h + 6));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q0, a0), s.pair(8 * h));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q1, a1), s.pair(8 * h + 2));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q2, a2), s.pair(8 * h + 4));
+                sumi[r] = D::dpwssd(sumi[r], maddubs(q3, a3), s.pair(8 * h + 6));
             }
         }
         for r in 0..R {
@@ -468,7 +513,7 @@ unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + acco[r];
+        out[r] = hsum_ps(acc[r]);
     }
     out
 }
@@ -476,22 +521,22 @@ unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
 #[inline(always)]
 unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut acco = [0f32; R];
     let m3 = _mm256_set1_epi8(0x03);
     let one = _mm256_set1_epi8(1);
     for i in 0..nb {
         prefetch_next_rows::<R>(w, ws, i * Q3_K_BYTES, Q3_K_BYTES);
         let (da, q8, bs) = q8k_parts(a, i);
-        let mut sc = [[0i16; 16]; R];
+        let mut sc = [Scales16::new(_mm256_setzero_si256()); R];
         let mut sumi = [_mm256_setzero_si256(); R];
         for r in 0..R {
             let wp = w.add(r * ws + i * Q3_K_BYTES);
             let s = q3_k_scales(&*(wp.add(96) as *const [u8; 12]));
-            for j in 0..16 {
-                sc[r][j] = i16::from(s[j]);
-            }
-            let d = ld_f16(wp.add(108)) * da;
-            acco[r] -= d * (4 * scaled_bsums(&sc[r], bs)) as f32;
+            sc[r] = Scales16::new(_mm256_cvtepi8_epi16(ld128(s.as_ptr() as *const u8)));
+            // The values are stored plus 4: the sum starts at -4 Σ_j s_j bsum_j.
+            sumi[r] = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32::<2>(sc[r].dot_bsums(bs)),
+            );
         }
         for h in 0..2 {
             for j in 0..4 {
@@ -504,7 +549,7 @@ unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
                     let hb =
                         _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * h + j) as i32)), one);
                     let q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
-                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), scale_pair(&sc[r], 8 * h + 2 * j));
+                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), sc[r].pair(8 * h + 2 * j));
                 }
             }
         }
@@ -519,7 +564,7 @@ unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + acco[r];
+        out[r] = hsum_ps(acc[r]);
     }
     out
 }
@@ -527,22 +572,25 @@ unsafe fn q3k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
 #[inline(always)]
 unsafe fn q2k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut accm = [0f32; R];
+    let mut accm = [_mm256_setzero_ps(); R];
     let m3 = _mm256_set1_epi8(0x03);
     for i in 0..nb {
         prefetch_next_rows::<R>(w, ws, i * Q2_K_BYTES, Q2_K_BYTES);
         let (da, q8, bs) = q8k_parts(a, i);
-        let mut sc = [[0i16; 16]; R];
+        let mut sc = [Scales16::new(_mm256_setzero_si256()); R];
         let mut sumi = [_mm256_setzero_si256(); R];
         for r in 0..R {
             let wp = w.add(r * ws + i * Q2_K_BYTES);
-            let mut mins = [0i16; 16];
-            for j in 0..16 {
-                let b = *wp.add(j);
-                sc[r][j] = i16::from(b & 15);
-                mins[j] = i16::from(b >> 4);
-            }
-            accm[r] -= ld_f16(wp.add(82)) * da * scaled_bsums(&mins, bs) as f32;
+            // Scale in the low nibble of each of the 16 bytes, minimum in the high one.
+            let b = ld128(wp);
+            let m15 = _mm_set1_epi8(15);
+            sc[r] = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(b, m15)));
+            let mins = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m15)));
+            accm[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(ld_f16(wp.add(82)) * da),
+                _mm256_cvtepi32_ps(mins.dot_bsums(bs)),
+                accm[r],
+            );
         }
         for h in 0..2 {
             for j in 0..4 {
@@ -551,7 +599,7 @@ unsafe fn q2k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
                     let wp = w.add(r * ws + i * Q2_K_BYTES);
                     let qs = ld256(wp.add(16 + 32 * h));
                     let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
-                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), scale_pair(&sc[r], 8 * h + 2 * j));
+                    sumi[r] = D::dpwssd(sumi[r], maddubs(q, av), sc[r].pair(8 * h + 2 * j));
                 }
             }
         }
@@ -566,7 +614,7 @@ unsafe fn q2k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + accm[r];
+        out[r] = hsum_ps(acc[r]) - hsum_ps(accm[r]);
     }
     out
 }
@@ -1080,10 +1128,14 @@ unsafe fn gemm_tile512<const C: usize, const SUB: usize, const MIN: bool>(
     }
 }
 
-/// AVX2: signed values, eight rows per vector (the panel's two halves in turn), products through
-/// the sign trick into `maddubs` + `madd`.
+/// AVX2: eight rows per vector (the panel's two halves in turn). Signed values (`G == 0`) go
+/// through the sign trick into `maddubs` + `madd`. Small unsigned ones ([`Expansion::unsigned`],
+/// `G` > 0: Q4_0, Q6_K, the K-quants…) multiply the activations directly, and `G` steps'
+/// `maddubs` pair sums are added in i16 before one `madd` widens them: per token and step
+/// about 2 operations instead of 4 (the sum starts at the offset sum `-off · Σa`). Either way
+/// the sub-block's integer sum is exact.
 #[inline(always)]
-unsafe fn gemm_tile256<const C: usize, const SUB: usize, const MIN: bool>(
+unsafe fn gemm_tile256<const C: usize, const SUB: usize, const MIN: bool, const G: usize>(
     g: &Tile,
     t0: usize,
     half: usize,
@@ -1094,7 +1146,7 @@ unsafe fn gemm_tile256<const C: usize, const SUB: usize, const MIN: bool>(
     let p = g.panel;
     let n_sub = p.n_sub;
     let vals = (p.vals.as_ptr() as *const u8).add(32 * half);
-    let (sd, sm) = (g.side.d.as_ptr(), g.side.msum.as_ptr());
+    let (sd, sm, so) = (g.side.d.as_ptr(), g.side.msum.as_ptr(), g.side.osum.as_ptr());
     let steps = SUB / 4;
     let ones = _mm256_set1_epi16(1);
     let mut accf = [_mm256_setzero_ps(); C];
@@ -1106,13 +1158,36 @@ unsafe fn gemm_tile256<const C: usize, const SUB: usize, const MIN: bool>(
         let mut acci = [_mm256_setzero_si256(); C];
         let qo = *g.side.qoff.get_unchecked(j) as usize;
         let wp = vals.add(j * steps * 64);
-        for k in 0..steps {
-            let wv = _mm256_loadu_si256(wp.add(64 * k) as *const __m256i);
-            let wabs = _mm256_sign_epi8(wv, wv);
+        // Token `c`'s four activations of step `k`, in every lane.
+        macro_rules! a {
+            ($c:expr, $k:expr) => {
+                _mm256_set1_epi32((arow[$c].add(qo + 4 * $k) as *const i32).read_unaligned())
+            };
+        }
+        if G == 0 {
+            for k in 0..steps {
+                let wv = _mm256_loadu_si256(wp.add(64 * k) as *const __m256i);
+                let wabs = _mm256_sign_epi8(wv, wv);
+                for c in 0..C {
+                    let prod = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a!(c, k), wv));
+                    acci[c] = _mm256_add_epi32(acci[c], _mm256_madd_epi16(prod, ones));
+                }
+            }
+        } else {
             for c in 0..C {
-                let a = _mm256_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
-                let prod = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, wv));
-                acci[c] = _mm256_add_epi32(acci[c], _mm256_madd_epi16(prod, ones));
+                acci[c] = _mm256_set1_epi32(*so.add((t0 + c) * n_sub + j));
+            }
+            for k0 in (0..steps).step_by(G) {
+                let mut p16 = [_mm256_setzero_si256(); C];
+                for k in k0..k0 + G {
+                    let wv = _mm256_loadu_si256(wp.add(64 * k) as *const __m256i);
+                    for c in 0..C {
+                        p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(wv, a!(c, k)));
+                    }
+                }
+                for c in 0..C {
+                    acci[c] = _mm256_add_epi32(acci[c], _mm256_madd_epi16(p16[c], ones));
+                }
             }
         }
         let ws = _mm256_loadu_ps(p.scales.as_ptr().add(j * PANEL_ROWS + 8 * half));
@@ -1189,7 +1264,7 @@ unsafe fn gemm512_body<const SUB: usize, const MIN: bool>(
 }
 
 #[inline(always)]
-unsafe fn gemm256_body<const SUB: usize, const MIN: bool>(
+unsafe fn gemm256_body<const SUB: usize, const MIN: bool, const G: usize>(
     g: &Tile,
     tokens: std::ops::Range<usize>,
     out: *mut f32,
@@ -1203,11 +1278,11 @@ unsafe fn gemm256_body<const SUB: usize, const MIN: bool>(
         let hr = (rows - 8 * half).min(8);
         let mut t = tokens.start;
         while t + 4 <= tokens.end {
-            gemm_tile256::<4, SUB, MIN>(g, t, half, out, os, hr);
+            gemm_tile256::<4, SUB, MIN, G>(g, t, half, out, os, hr);
             t += 4;
         }
         while t < tokens.end {
-            gemm_tile256::<1, SUB, MIN>(g, t, half, out, os, hr);
+            gemm_tile256::<1, SUB, MIN, G>(g, t, half, out, os, hr);
             t += 1;
         }
     }
@@ -1218,7 +1293,28 @@ gemm_driver!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni",
     gemm512_body
 );
-gemm_driver!(gemm_avx2, "avx2,fma,f16c", gemm256_body);
+/// Tokens `tokens` of the batch against the panel: `out[t * os + r]` for `r < rows`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gemm_avx2(
+    g: &Tile,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+    rows: usize,
+) {
+    // Every (sub-block size, minimum, i16 steps) that `expansion` gives.
+    match (g.e.sub, g.e.has_min, g.e.i16_steps()) {
+        (32, false, 0) => gemm256_body::<32, false, 0>(g, tokens, out, os, rows),
+        (32, false, 8) => gemm256_body::<32, false, 8>(g, tokens, out, os, rows),
+        (32, false, 4) => gemm256_body::<32, false, 4>(g, tokens, out, os, rows),
+        (32, true, 8) => gemm256_body::<32, true, 8>(g, tokens, out, os, rows),
+        (32, true, 4) => gemm256_body::<32, true, 4>(g, tokens, out, os, rows),
+        (16, false, 2) => gemm256_body::<16, false, 2>(g, tokens, out, os, rows),
+        (16, false, 4) => gemm256_body::<16, false, 4>(g, tokens, out, os, rows),
+        (16, true, 4) => gemm256_body::<16, true, 4>(g, tokens, out, os, rows),
+        (sub, min, steps) => unreachable!("no AVX2 GEMM for sub-blocks of {sub}, min {min}, {steps} steps"),
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Packed (16-row interleaved) weights, AVX-512 VNNI: see `packed.rs` for the layouts. One generic
