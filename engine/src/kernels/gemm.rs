@@ -429,3 +429,39 @@ pub(super) struct Tile<'a> {
     pub xq: &'a [u8],
     pub row_bytes: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::tests::{random_rows, Rng, WEIGHT_TYPES};
+
+    /// What AVX2's unsigned panels rely on: with a type's `unsigned` offset every stored value
+    /// lies in `0..=max` (random quant bytes reach every code), and `i16_steps` of `maddubs` pair
+    /// sums at that bound fit an i16.
+    #[test]
+    fn unsigned_panels_stay_in_range() {
+        let mut rng = Rng::new(11);
+        let mut p = Panel::new();
+        for ty in WEIGHT_TYPES {
+            let Some(e) = expansion(ty) else { continue };
+            let Some((off, max)) = e.unsigned else {
+                assert_eq!(e.i16_steps(), 0);
+                continue;
+            };
+            let n = 512;
+            let rb = ty.row_bytes(n as u64).unwrap() as usize;
+            let data = random_rows(&mut rng, ty, n, PANEL_ROWS);
+            expand(ty, n, &data, rb, PANEL_ROWS, off, &mut p);
+            let top = p.vals.iter().map(|&v| v as u8).max().unwrap();
+            assert!(
+                top <= max && p.vals.iter().all(|&v| v >= 0),
+                "{ty}: values up to {top}, max {max}"
+            );
+            let steps = e.i16_steps();
+            assert!(
+                steps >= 1 && 2 * usize::from(max) * 128 * steps <= i16::MAX as usize,
+                "{ty}"
+            );
+        }
+    }
+}

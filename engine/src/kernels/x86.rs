@@ -59,11 +59,13 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-/// 32 nibbles (16 bytes: low nibbles are elements 0..16, high nibbles 16..32) as 32 bytes.
+/// 32 nibbles (16 bytes: low nibbles are elements 0..16, high nibbles 16..32) as 32 bytes: the
+/// 16 bytes loaded into both halves at once, the upper half shifted by 4, one mask.
 #[inline(always)]
 unsafe fn nibbles32(p: *const u8) -> __m256i {
-    let t = ld128(p);
-    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f))
+    let t = _mm256_broadcastsi128_si256(ld128(p));
+    let t = _mm256_srlv_epi64(t, _mm256_setr_epi64x(0, 0, 4, 4));
+    _mm256_and_si256(t, _mm256_set1_epi8(0x0f))
 }
 
 /// Bit `i` of the little-endian u32 at `p` as byte `i`: 0xff if set, 0 if not.
@@ -236,20 +238,22 @@ impl Q32 for Iq4Nl {
 /// of [`run_rows`] reads, one group ahead, spread evenly over this group's blocks. Without it the
 /// row kernels waited on memory: with four short row streams at a time the hardware prefetcher
 /// kept too few reads in flight (Q4_0 decode on the AVX2 tier read 10 GB/s, `perf` showing the
-/// time on the first use of each row's block). Lines an earlier block of the row covered are
-/// skipped; past a matrix's end the prefetches are wasted, never wrong (they do not fault).
+/// time on the first use of each row's block). Past a matrix's end the prefetches are wasted,
+/// never wrong (they do not fault).
+///
+/// One prefetch per 64 bytes counted back from the block's last byte: that reaches every line
+/// the block ends in or crosses, and its first line, if not reached, is the previous block's
+/// last. Straight-line code with a constant count per block, because for Q4_0's 18-byte blocks
+/// working out the lines not asked for yet cost about as much as the block's dot products.
 #[inline(always)]
 unsafe fn prefetch_next_rows<const R: usize>(w: *const u8, ws: usize, off: usize, bytes: usize) {
     if R == 1 {
         return;
     }
     for r in 0..R {
-        let lo = w.wrapping_add((R + r) * ws + off) as usize;
-        // The first line the previous block of this row did not reach.
-        let mut line = if off == 0 { lo & !63 } else { ((lo - 1) | 63) + 1 };
-        while line < lo + bytes {
-            _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
-            line += 64;
+        let last = w.wrapping_add((R + r) * ws + off + bytes - 1);
+        for k in 0..bytes.div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T1>(last.wrapping_sub(64 * k) as *const i8);
         }
     }
 }
@@ -454,7 +458,7 @@ unsafe fn q45k_rows<D: IDot, const Q5: bool, const R: usize>(
 unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
     let mut acc = [_mm256_setzero_ps(); R];
     let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(0x03);
+    let m30 = _mm256_set1_epi8(0x30);
     for i in 0..nb {
         prefetch_next_rows::<R>(w, ws, i * Q6_K_BYTES, Q6_K_BYTES);
         let (da, q8, bs) = q8k_parts(a, i);
@@ -479,21 +483,23 @@ unsafe fn q6k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
                 let l0 = ld256(wp.add(64 * h));
                 let l1 = ld256(wp.add(64 * h + 32));
                 let qh = ld256(wp.add(128 + 32 * h));
+                // Bit pair k of each qh byte goes to bits 4-5 with one shift (16-bit, the mask
+                // keeps what stayed within its byte) and one mask.
                 let q0 = _mm256_or_si256(
                     _mm256_and_si256(l0, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
                 );
                 let q1 = _mm256_or_si256(
                     _mm256_and_si256(l1, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
                 );
                 let q2 = _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4),
+                    _mm256_and_si256(qh, m30),
                 );
                 let q3 = _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
                 );
                 let s = &sc[r];
                 sumi[r] = D::dpwssd(sumi[r], maddubs(q0, a0), s.pair(8 * h));
