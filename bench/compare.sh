@@ -16,6 +16,10 @@
 #   ROUNDS=3                          runs of each engine per file, alternated (A B B A ...)
 #   BENCH_DIR=target/bench            where the generated model files go (about 5 GB)
 #   SKIP_1B=1                         only the two real models
+#   AVX2=1                            both engines held to AVX2 + FMA (what an AVX2-only CPU
+#                                     runs): ours with OLLAMARS_ISA=avx2, llama.cpp built with
+#                                     GGML_NATIVE=OFF, AVX2/FMA/F16C on and AVX-512 off (with
+#                                     LLAMA_VENV, a virtualenv built that way)
 # Output: one table row per file with tokens/s of both (the median of the rounds and their
 # range), the ratios of the medians, and tg as a share of the machine's streaming read bandwidth
 # (tensor bytes one token reads, as `ollamars bench --json` reports them, x tokens/s / bandwidth).
@@ -31,6 +35,11 @@ DEPTH=${DEPTH:-0}
 ROUNDS=${ROUNDS:-3}
 BENCH_DIR=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$BENCH_DIR"
+llama_cmake="-DGGML_NATIVE=ON"
+if [ -n "${AVX2:-}" ]; then
+    export OLLAMARS_ISA=avx2
+    llama_cmake="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF"
+fi
 
 echo "== building (release)" >&2
 cargo build --release -q -p ollamars
@@ -44,7 +53,7 @@ else
     trap 'rm -rf "$(dirname "$venv")"' EXIT
     echo "== installing llama-cpp-python into $venv (builds llama.cpp; takes a while)" >&2
     python3 -m venv "$venv"
-    CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/pip" install -q llama-cpp-python
+    CMAKE_ARGS="$llama_cmake" "$venv/bin/pip" install -q llama-cpp-python
     py=$venv/bin/python
 fi
 "$py" -c 'import llama_cpp' || { echo "no llama_cpp in $py" >&2; exit 1; }
@@ -96,7 +105,7 @@ done
 echo "== load after: $(uptime | sed 's/.*load average: //')" >&2
 
 python3 - "$results" "$PP" "$TG" "$THREADS" "$ROUNDS" "$DEPTH" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 path, pp, tg, threads, rounds, depth = sys.argv[1:7]
 # llama-bench's test names: "pp512", "tg128 @ d4096".
 at = f" @ d{depth}" if int(depth) else ""
@@ -128,7 +137,7 @@ for name, ev in files.items():
     (opp, otg, osh), (tpp, ttg, tsh) = cols["O"], cols["T"]
     print(f"| {name} | {span(opp, 1)} | {span(tpp, 1)} | {r(opp, tpp)} | {span(otg, 2)} | {span(ttg, 2)} | "
           f"{r(otg, ttg)} | {min(probes):.1f}-{max(probes):.1f} | {osh} | {tsh} |")
-print(f"\n{threads} threads; tokens/s: median of {rounds} alternated rounds (min-max), each round the mean of "
+print(f"\n{threads} threads{', both held to AVX2 (AVX2=1)' if os.environ.get('AVX2') else ''}; tokens/s: median of {rounds} alternated rounds (min-max), each round the mean of "
       f"the engine's timed runs; read GB/s: engine/examples/membw before the first run and after each run "
       f"(min-max); % of read: median over the runs of tg against the higher, then the lower reading next to the run.")
 PY
