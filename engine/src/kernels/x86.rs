@@ -335,11 +335,15 @@ unsafe fn k4_scales(p: *const u8) -> __m128i {
     _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32)
 }
 
+/// The `pshufb` control pair that picks i16 lane `k` (its two bytes) of a 128-bit half.
+const fn lane16(k: usize) -> i16 {
+    (2 * k as i16) | ((2 * k as i16 + 1) << 8)
+}
+
 /// Broadcasts i16 lane `k` of each 128-bit half of `v` over that half (`k` < 8).
 #[inline(always)]
 unsafe fn bcast_i16(v: __m256i, k: usize) -> __m256i {
-    let lane = (2 * k as i16) | ((2 * k as i16 + 1) << 8);
-    _mm256_shuffle_epi8(v, _mm256_set1_epi16(lane))
+    _mm256_shuffle_epi8(v, _mm256_set1_epi16(lane16(k)))
 }
 
 /// The 16 sub-block scales of a 16-element-sub-block K-quant (Q2_K, Q3_K, Q6_K) as i16, laid
@@ -367,10 +371,9 @@ impl Scales16 {
     #[inline(always)]
     unsafe fn pair(&self, k: usize) -> __m256i {
         let (src, kk) = if k < 8 { (self.lo, k) } else { (self.hi, k - 8) };
-        let lane = |k: usize| (2 * k as i16) | ((2 * k as i16 + 1) << 8);
         _mm256_shuffle_epi8(
             src,
-            _mm256_set_m128i(_mm_set1_epi16(lane(kk + 1)), _mm_set1_epi16(lane(kk))),
+            _mm256_set_m128i(_mm_set1_epi16(lane16(kk + 1)), _mm_set1_epi16(lane16(kk))),
         )
     }
     /// `Σ_j s_j · bsum_j` in 8 i32 lanes (pairs of sub-blocks).
