@@ -594,21 +594,22 @@ fn pack_q3_k(blk: &[u8], r: usize, t: &mut [u8]) {
     put_bits(&blk[..32], r, t, 1248);
 }
 
-fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {
+/// Row `r`'s `d`, `dmin` and 12 scale bytes, which Q4_K and Q5_K blocks and tiles place alike.
+fn put_k4_head(blk: &[u8], r: usize, t: &mut [u8]) {
     t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
     t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
     for i in 0..12 {
         t[64 + 16 * i + r] = blk[4 + i];
     }
+}
+
+fn pack_q4_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    put_k4_head(blk, r, t);
     put_nibbles(&blk[16..144], 32, r, t, 256);
 }
 
 fn pack_q5_k(blk: &[u8], r: usize, t: &mut [u8]) {
-    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
-    for i in 0..12 {
-        t[64 + 16 * i + r] = blk[4 + i];
-    }
+    put_k4_head(blk, r, t);
     put_nibbles(&blk[48..176], 32, r, t, 256);
     put_bits(&blk[16..48], r, t, 2304);
 }

@@ -320,7 +320,7 @@ unsafe fn bsums32(bs: *const u8) -> __m128i {
 
 /// Q4_K / Q5_K scales and mins (6 bits each, 12 bytes) as bytes 0..8 (scales) and 8..16 (mins)
 /// of one vector: ggml's word-wise unpacking, a few integer operations for all 16 (the same
-/// values as [`scale_min_k4`]).
+/// values as [`crate::quant::blocks::scale_min_k4`]).
 #[inline(always)]
 unsafe fn k4_scales(p: *const u8) -> __m128i {
     const KMASK1: u32 = 0x3f3f_3f3f;
