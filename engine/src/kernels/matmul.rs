@@ -30,7 +30,13 @@ pub struct Matrix<'a> {
 
 /// Whether `isa` has kernels for packed matrices of type `ty` (packing is only worth doing then).
 pub fn can_use_packed(isa: Isa, ty: GgmlType) -> bool {
-    super::packed::has_layout(ty) && isa == Isa::Avx512
+    super::packed::has_layout(ty)
+        && match isa {
+            Isa::Avx512 => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => super::x86::avx2_packed::has_kernels(ty),
+            _ => false,
+        }
 }
 
 /// Smallest batch that goes through the panel GEMM.
@@ -384,9 +390,9 @@ unsafe fn packed_groups(
     n_tokens: usize,
     out: *mut f32,
 ) {
-    // Only AVX-512 has packed kernels ([`can_use_packed`]): no other tier packs a matrix.
+    // Only the x86 tiers have packed kernels ([`can_use_packed`]): no other tier packs a matrix.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
         let args = super::x86::PkArgs {
             n_tiles: w.n / w.ty.block_size() as usize,
             side,
@@ -400,20 +406,28 @@ unsafe fn packed_groups(
             while g < groups.end {
                 // Two groups at a time where the kernel shares activation loads between them.
                 let pair = g + 2 <= groups.end;
-                let run = if pair {
-                    super::x86::packed_pair_avx512
+                let group = w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr();
+                let o = out.add(g * PANEL_ROWS);
+                if isa == Isa::Avx2 {
+                    let n_groups = 1 + pair as usize;
+                    super::x86::avx2_packed::packed_avx2(
+                        w.ty,
+                        &args,
+                        group,
+                        group_bytes,
+                        n_groups,
+                        tokens.clone(),
+                        o,
+                        w.n_out,
+                    );
                 } else {
-                    super::x86::packed_avx512
-                };
-                run(
-                    w.ty,
-                    &args,
-                    w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr(),
-                    group_bytes,
-                    tokens.clone(),
-                    out.add(g * PANEL_ROWS),
-                    w.n_out,
-                );
+                    let run = if pair {
+                        super::x86::packed_pair_avx512
+                    } else {
+                        super::x86::packed_avx512
+                    };
+                    run(w.ty, &args, group, group_bytes, tokens.clone(), o, w.n_out);
+                }
                 g += 1 + pair as usize;
             }
         }

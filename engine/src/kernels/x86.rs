@@ -8,6 +8,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub(super) mod avx2_packed;
+
 use std::arch::x86_64::*;
 
 use super::blocks::*;

@@ -1,0 +1,486 @@
+//! AVX2 kernels for the packed layouts of Q4_0, Q4_K and Q6_K (see `kernels::packed`), the
+//! types of the usual "Q4_0" and "Q4_K_M" files.
+//!
+//! A packed step is 64 bytes: four elements of 16 rows. AVX2 reads it as two 32-byte halves
+//! (rows 0-7 and 8-15), each a *stream* with its own 8-lane accumulators, so one broadcast of
+//! four activation bytes feeds the `maddubs` of every stream in flight. Without VNNI a step's
+//! `maddubs` pair sums stay in i16 for as many steps as cannot saturate (the stored values are
+//! small and unsigned: at most 15 or 63), then one `madd` widens them: about two operations per
+//! 32 multiply-adds, against five or more for a row-major block (unpacking, widening, scaling and a
+//! horizontal sum per row).
+//!
+//! One kernel, [`tile_rows`], serves decode (one token, two groups: four streams) and batches
+//! (two tokens per pass over one group's tiles, each step unpacked once for both). Per row and
+//! token both do the same integer sums per sub-block and the same float steps in the same order,
+//! so a token gets the same bits alone or in a batch.
+
+use std::arch::x86_64::*;
+
+use super::{ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS};
+use crate::quant::GgmlType;
+
+/// A packed type as the AVX2 kernel sees it: tile `t`, half `h` (rows `8h..8h+8`).
+trait Pk2 {
+    /// Packed tile bytes.
+    const TILE: usize;
+    /// Sub-blocks per tile, each with one scale per row; pairs of 4-element steps per sub-block.
+    const SUBS: usize;
+    const PAIRS: usize;
+    /// Pairs of steps whose `maddubs` sums an i16 lane holds without saturating (at most
+    /// `4 · max · 128` per pair).
+    const I16_PAIRS: usize;
+    /// Whether the stored values are offset (integer sums start at `osum`).
+    const OFF: bool;
+    /// Whether rows have a per-sub-block minimum.
+    const MIN: bool;
+    /// Whether [`Pk2::scale`] leaves out the row's super-block scale ([`Pk2::row_d`]).
+    const ROW_D: bool;
+    /// Whether tiles stream from memory (decode prefetches ahead), not from a thread's buffer.
+    const STREAMED: bool = true;
+    type St: Copy;
+    unsafe fn state(t: *const u8, h: usize) -> Self::St;
+    /// The 8 rows' f32 scales of sub-block `j`.
+    unsafe fn scale(st: &Self::St, t: *const u8, h: usize, j: usize) -> __m256;
+    /// The 8 rows' f32 minimums of sub-block `j` (with `MIN`).
+    #[inline(always)]
+    unsafe fn min(_st: &Self::St, _t: *const u8, _h: usize, _j: usize) -> __m256 {
+        _mm256_setzero_ps()
+    }
+    /// The 8 rows' super-block scale (with `ROW_D`).
+    #[inline(always)]
+    unsafe fn row_d(_st: &Self::St, _t: *const u8, _h: usize) -> __m256 {
+        _mm256_setzero_ps()
+    }
+    /// Steps `2p` and `2p + 1` of sub-block `j` as unsigned bytes.
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i);
+}
+
+/// A nibble chunk's half at `p`: (low nibbles, high nibbles), two steps.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> (__m256i, __m256i) {
+    let v = ld256(p);
+    let m = _mm256_set1_epi8(0x0f);
+    (
+        _mm256_and_si256(v, m),
+        _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
+    )
+}
+
+/// The 8 f16 values at `p` as f32.
+#[inline(always)]
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(ld128(p))
+}
+
+/// 8 bytes at `p` in the low half of a vector.
+#[inline(always)]
+unsafe fn ld64(p: *const u8) -> __m128i {
+    _mm_loadl_epi64(p as *const __m128i)
+}
+
+struct Q4_0;
+struct Q4K;
+struct Q6K;
+
+/// Q4_0: `d[16]`, then nibble chunks `0..4`; values stored plus 8.
+impl Pk2 for Q4_0 {
+    const TILE: usize = 288;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 4;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = __m256;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> __m256 {
+        f16x8(t.add(16 * h))
+    }
+    #[inline(always)]
+    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
+        *d
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        nibbles(t.add(32 + 64 * p + 32 * h))
+    }
+}
+
+/// Q4_K per-half state: `d`, `dmin`, and the 8 scales and 8 mins of each sub-block (bytes).
+#[derive(Clone, Copy)]
+struct Q4KSt {
+    d: __m256,
+    dmin: __m256,
+    sc: [__m128i; 8],
+    m: [__m128i; 8],
+}
+
+/// Q4_K: `d[16]`, `dmin[16]`, the 12 scale bytes as 12 x 16 bytes, nibble chunks `0..32`.
+impl Pk2 for Q4K {
+    const TILE: usize = 2304;
+    const SUBS: usize = 8;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 4;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = true;
+    type St = Q4KSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> Q4KSt {
+        let q: [__m128i; 12] = std::array::from_fn(|i| ld64(t.add(64 + 16 * i + 8 * h)));
+        let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
+        let mut sc = [_mm_setzero_si128(); 8];
+        let mut m = [_mm_setzero_si128(); 8];
+        for j in 0..4 {
+            sc[j] = _mm_and_si128(q[j], m63);
+            m[j] = _mm_and_si128(q[j + 4], m63);
+        }
+        for j in 4..8 {
+            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
+            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
+        }
+        Q4KSt {
+            d: f16x8(t.add(16 * h)),
+            dmin: f16x8(t.add(32 + 16 * h)),
+            sc,
+            m,
+        }
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Q4KSt, _: *const u8, _: usize, j: usize) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(st.sc[j]))
+    }
+    #[inline(always)]
+    unsafe fn min(st: &Q4KSt, _: *const u8, _: usize, j: usize) -> __m256 {
+        _mm256_mul_ps(st.dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(st.m[j])))
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &Q4KSt, _: *const u8, _: usize) -> __m256 {
+        st.d
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        nibbles(t.add(256 + 64 * (4 * j + p) + 32 * h))
+    }
+}
+
+/// Q6_K: `d[16]`, the 16 signed sub-block scales as 16 x 16 bytes, nibble chunks `0..32` of the
+/// low 4 bits, then 16 chunks of the top 2 bits (chunk `j` holds sub-block `j`'s four steps at
+/// bits `2s..2s+2`); values stored plus 32.
+impl Pk2 for Q6K {
+    const TILE: usize = 3360;
+    const SUBS: usize = 16;
+    const PAIRS: usize = 2;
+    const I16_PAIRS: usize = 1;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = __m256;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> __m256 {
+        f16x8(t.add(16 * h))
+    }
+    #[inline(always)]
+    unsafe fn scale(d: &__m256, t: *const u8, h: usize, j: usize) -> __m256 {
+        let sc = _mm256_cvtepi8_epi32(ld64(t.add(32 + 16 * j + 8 * h)));
+        _mm256_mul_ps(*d, _mm256_cvtepi32_ps(sc))
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo, hi) = nibbles(t.add(288 + 64 * (2 * j + p) + 32 * h));
+        let qh = ld256(t.add(2336 + 64 * j + 32 * h));
+        let m = _mm256_set1_epi8(0x30);
+        // Step 2p's top bits are at bits 4p..4p+2 of each byte, step 2p+1's at 4p+2..4p+4:
+        // both moved to bits 4..6 (16-bit shifts, the mask keeps what stayed in its byte).
+        let (t0, t1) = if p == 0 {
+            (_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2))
+        } else {
+            (qh, _mm256_srli_epi16(qh, 2))
+        };
+        (
+            _mm256_or_si256(lo, _mm256_and_si256(t0, m)),
+            _mm256_or_si256(hi, _mm256_and_si256(t1, m)),
+        )
+    }
+}
+
+/// `G` packed groups (group `g` at `group + g * gstride`, its rows to `out + 16 g`) against the
+/// `C` tokens from `t0`, into `out[t * os + ..]`. Each activation broadcast feeds the `2G` half
+/// streams; each unpacked step feeds the `C` tokens. Decode (`C = 1`) prefetches the stream ahead.
+#[inline(always)]
+unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let n_sub = g.side.n_sub;
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let groups = Groups {
+        bytes: g.n_tiles * T::TILE,
+        stride: gstride,
+    };
+    let ones = _mm256_set1_epi16(1);
+    let mut accf = [[[_mm256_setzero_ps(); C]; 2]; G];
+    for tile in 0..g.n_tiles {
+        let tp: [*const u8; G] = std::array::from_fn(|i| group.add(i * gstride + tile * T::TILE));
+        let mut st = [[T::state(tp[0], 0); 2]; G];
+        for i in 0..G {
+            for h in 0..2 {
+                st[i][h] = T::state(tp[i], h);
+            }
+        }
+        let mut accs = [[[_mm256_setzero_ps(); C]; 2]; G];
+        for j in 0..T::SUBS {
+            if T::STREAMED && C == 1 {
+                // The tile's lines spread over its sub-blocks (see `prefetch_part`).
+                let lines = T::TILE.div_ceil(64);
+                let (l0, l1) = (j * lines / T::SUBS, (j + 1) * lines / T::SUBS);
+                for p in tp {
+                    let at = tile * T::TILE + 64 * l0;
+                    let p = next_stream::<G>(p, at, groups);
+                    prefetch_ahead(p.wrapping_add(64 * l0), 64 * (l1 - l0));
+                }
+            }
+            let js = tile * T::SUBS + j;
+            let qo = *qoff.add(js) as usize;
+            let mut acci = [[[_mm256_setzero_si256(); C]; 2]; G];
+            if T::OFF {
+                for c in 0..C {
+                    let init = _mm256_set1_epi32(*so.add((t0 + c) * n_sub + js));
+                    for acc in acci.iter_mut().flatten() {
+                        acc[c] = init;
+                    }
+                }
+            }
+            for p0 in (0..T::PAIRS).step_by(T::I16_PAIRS) {
+                let mut s16 = [[[_mm256_setzero_si256(); C]; 2]; G];
+                for p in p0..p0 + T::I16_PAIRS {
+                    let a: [(__m256i, __m256i); C] = std::array::from_fn(|c| {
+                        let q = arow[c].add(qo + 8 * p);
+                        (
+                            _mm256_set1_epi32((q as *const i32).read_unaligned()),
+                            _mm256_set1_epi32((q.add(4) as *const i32).read_unaligned()),
+                        )
+                    });
+                    for i in 0..G {
+                        for h in 0..2 {
+                            let (w0, w1) = T::pair(tp[i], h, j, p);
+                            for c in 0..C {
+                                let x = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(w0, a[c].0),
+                                    _mm256_maddubs_epi16(w1, a[c].1),
+                                );
+                                s16[i][h][c] = _mm256_add_epi16(s16[i][h][c], x);
+                            }
+                        }
+                    }
+                }
+                for i in 0..G {
+                    for h in 0..2 {
+                        for c in 0..C {
+                            let x = _mm256_madd_epi16(s16[i][h][c], ones);
+                            acci[i][h][c] = _mm256_add_epi32(acci[i][h][c], x);
+                        }
+                    }
+                }
+            }
+            for i in 0..G {
+                for h in 0..2 {
+                    let s = T::scale(&st[i][h], tp[i], h, j);
+                    for c in 0..C {
+                        accs[i][h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acci[i][h][c]), s, accs[i][h][c]);
+                    }
+                    if T::MIN {
+                        let m = T::min(&st[i][h], tp[i], h, j);
+                        for c in 0..C {
+                            let x = _mm256_set1_ps(*sm.add((t0 + c) * n_sub + js));
+                            accf[i][h][c] = _mm256_fmadd_ps(m, x, accf[i][h][c]);
+                        }
+                    }
+                }
+            }
+        }
+        // The activations have one scale per tile (a Q8_0 block, a Q8_K super-block).
+        for c in 0..C {
+            let d = _mm256_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+            for i in 0..G {
+                for h in 0..2 {
+                    let d = if T::ROW_D {
+                        _mm256_mul_ps(T::row_d(&st[i][h], tp[i], h), d)
+                    } else {
+                        d
+                    };
+                    accf[i][h][c] = _mm256_fmadd_ps(accs[i][h][c], d, accf[i][h][c]);
+                }
+            }
+        }
+    }
+    for i in 0..G {
+        for h in 0..2 {
+            for c in 0..C {
+                _mm256_storeu_ps(out.add((t0 + c) * os + 16 * i + 8 * h), accf[i][h][c]);
+            }
+        }
+    }
+}
+
+/// `T`'s tiles unpacked into a thread's buffer for a batch: per tile the rows' f32 scales of each
+/// sub-block (16 per 64 bytes, half `h` at `32h`), then (with `MIN`) the f32 minimums, then (with
+/// `ROW_D`) the f32 super-block scales, then the values as plain 64-byte steps. The kernel reads
+/// it as it reads `T`, with the very floats `T` computes, so a batch's bits are decode's.
+struct Unpacked<T>(std::marker::PhantomData<T>);
+
+impl<T: Pk2> Unpacked<T> {
+    const ROW_D_AT: usize = T::SUBS * 64 * (1 + T::MIN as usize);
+    const VALS: usize = Self::ROW_D_AT + 64 * T::ROW_D as usize;
+    /// Offset of step `2p` of sub-block `j`.
+    const fn step(j: usize, p: usize) -> usize {
+        Self::VALS + 128 * (T::PAIRS * j + p)
+    }
+}
+
+impl<T: Pk2> Pk2 for Unpacked<T> {
+    const TILE: usize = Self::VALS + 128 * T::SUBS * T::PAIRS;
+    const SUBS: usize = T::SUBS;
+    const PAIRS: usize = T::PAIRS;
+    const I16_PAIRS: usize = T::I16_PAIRS;
+    const OFF: bool = T::OFF;
+    const MIN: bool = T::MIN;
+    const ROW_D: bool = T::ROW_D;
+    const STREAMED: bool = false;
+    type St = ();
+    #[inline(always)]
+    unsafe fn state(_: *const u8, _: usize) {}
+    #[inline(always)]
+    unsafe fn scale(_: &(), t: *const u8, h: usize, j: usize) -> __m256 {
+        _mm256_loadu_ps(t.add(64 * j + 32 * h) as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn min(_: &(), t: *const u8, h: usize, j: usize) -> __m256 {
+        _mm256_loadu_ps(t.add(64 * (T::SUBS + j) + 32 * h) as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn row_d(_: &(), t: *const u8, h: usize) -> __m256 {
+        _mm256_loadu_ps(t.add(Self::ROW_D_AT + 32 * h) as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        let at = t.add(Self::step(j, p) + 32 * h);
+        (ld256(at), ld256(at.add(64)))
+    }
+}
+
+/// Unpacks a group's `n_tiles` tiles of `T` into `buf` (`n_tiles` tiles of `Unpacked<T>`).
+#[inline(always)]
+unsafe fn unpack<T: Pk2>(group: *const u8, n_tiles: usize, buf: *mut u8) {
+    for tile in 0..n_tiles {
+        let tp = group.add(tile * T::TILE);
+        let bp = buf.add(tile * Unpacked::<T>::TILE);
+        for h in 0..2 {
+            let st = T::state(tp, h);
+            if T::ROW_D {
+                let at = bp.add(Unpacked::<T>::ROW_D_AT + 32 * h) as *mut f32;
+                _mm256_storeu_ps(at, T::row_d(&st, tp, h));
+            }
+            for j in 0..T::SUBS {
+                _mm256_storeu_ps(bp.add(64 * j + 32 * h) as *mut f32, T::scale(&st, tp, h, j));
+                if T::MIN {
+                    let at = bp.add(64 * (T::SUBS + j) + 32 * h) as *mut f32;
+                    _mm256_storeu_ps(at, T::min(&st, tp, h, j));
+                }
+                for p in 0..T::PAIRS {
+                    let (w0, w1) = T::pair(tp, h, j, p);
+                    let at = bp.add(Unpacked::<T>::step(j, p) + 32 * h);
+                    _mm256_storeu_si256(at as *mut __m256i, w0);
+                    _mm256_storeu_si256(at.add(64) as *mut __m256i, w1);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Each thread's unpacked group (reused across calls).
+    static UNPACKED_GROUP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `G` groups against tokens `tokens`: decode (and batches too short to unpack for) reads both
+/// groups side by side from the packed tiles, one token at a time; a batch unpacks one group at
+/// a time and passes over it with two tokens at a time.
+#[inline(always)]
+unsafe fn body<T: Pk2, const G: usize>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    if tokens.len() < UNPACK_MIN_TOKENS {
+        for t in tokens {
+            tile_rows::<T, G, 1>(g, group, gstride, t, out, os);
+        }
+        return;
+    }
+    // The closure only lends the buffer out: code inside it would not get this function's
+    // target features. Nothing else touches the thread's buffer until we return.
+    let buf = UNPACKED_GROUP.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.resize(g.n_tiles * Unpacked::<T>::TILE, 0);
+        buf.as_mut_ptr()
+    });
+    for i in 0..G {
+        unpack::<T>(group.add(i * gstride), g.n_tiles, buf);
+        let out = out.add(16 * i);
+        let mut t = tokens.start;
+        while t + 2 <= tokens.end {
+            tile_rows::<Unpacked<T>, 1, 2>(g, buf, 0, t, out, os);
+            t += 2;
+        }
+        if t < tokens.end {
+            tile_rows::<Unpacked<T>, 1, 1>(g, buf, 0, t, out, os);
+        }
+    }
+}
+
+/// Whether the AVX2 tier has packed kernels for `ty`.
+pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
+/// against tokens `tokens`: `out[t * os + r]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(in crate::kernels) unsafe fn packed_avx2(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    n_groups: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    macro_rules! run {
+        ($t:ty) => {
+            if n_groups == 2 {
+                body::<$t, 2>(g, group, gstride, tokens, out, os)
+            } else {
+                body::<$t, 1>(g, group, gstride, tokens, out, os)
+            }
+        };
+    }
+    match ty {
+        GgmlType::Q4_0 => run!(Q4_0),
+        GgmlType::Q4_K => run!(Q4K),
+        GgmlType::Q6_K => run!(Q6K),
+        _ => unreachable!("no AVX2 packed kernel for {ty}"),
+    }
+}
