@@ -1,22 +1,25 @@
-//! AVX2 kernels for the packed layouts of Q4_0, Q4_K and Q6_K (see `kernels::packed`), the
-//! types of the usual "Q4_0" and "Q4_K_M" files.
+//! AVX2 kernels for the packed layouts of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (see
+//! `kernels::packed`), the types of the usual "Q4_0", "Q4_K_M" and "Q5_K_M" files. Q8_0 and
+//! IQ4_XS, whose stored values reach 255, would saturate `maddubs`; they and Q3_K stay row-major.
 //!
 //! A packed step is 64 bytes: four elements of 16 rows. AVX2 reads it as two 32-byte halves
 //! (rows 0-7 and 8-15), each a *stream* with its own 8-lane accumulators, so one broadcast of
 //! four activation bytes feeds the `maddubs` of every stream in flight. Without VNNI a step's
 //! `maddubs` pair sums stay in i16 for as many steps as cannot saturate (the stored values are
-//! small and unsigned: at most 15 or 63), then one `madd` widens them: about two operations per
+//! small and unsigned: at most 15, 31 or 63), then one `madd` widens them: about two operations per
 //! 32 multiply-adds, against five or more for a row-major block (unpacking, widening, scaling and a
 //! horizontal sum per row).
 //!
-//! One kernel, [`tile_rows`], serves decode (one token, two groups: four streams) and batches
-//! (two tokens per pass over one group's tiles, each step unpacked once for both). Per row and
-//! token both do the same integer sums per sub-block and the same float steps in the same order,
-//! so a token gets the same bits alone or in a batch.
+//! One kernel, [`tile_rows`], serves decode (one token, two groups: four streams, straight from
+//! the packed tiles) and batches (a group unpacked once into a thread's buffer, then passed over
+//! two tokens at a time). Per row and token both do the same integer sums per sub-block and the
+//! same float steps in the same order, so a token gets the same bits alone or in a batch.
 
 use std::arch::x86_64::*;
 
-use super::{ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS};
+use super::{
+    bytes_from_bits32, ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS,
+};
 use crate::quant::GgmlType;
 
 /// A packed type as the AVX2 kernel sees it: tile `t`, half `h` (rows `8h..8h+8`).
@@ -78,8 +81,22 @@ unsafe fn ld64(p: *const u8) -> __m128i {
     _mm_loadl_epi64(p as *const __m128i)
 }
 
+/// Bit `b` of each byte of `x` moved to bit 4 (16-bit shifts; the mask keeps what stayed in its
+/// byte). `b` is a constant once inlined, and the shifts then take immediates.
+#[inline(always)]
+unsafe fn bit_to_4(x: __m256i, b: i32) -> __m256i {
+    let v = if b <= 4 {
+        _mm256_sll_epi16(x, _mm_cvtsi32_si128(4 - b))
+    } else {
+        _mm256_srl_epi16(x, _mm_cvtsi32_si128(b - 4))
+    };
+    _mm256_and_si256(v, _mm256_set1_epi8(0x10))
+}
+
 struct Q4_0;
+struct Q5_0;
 struct Q4K;
+struct Q5K;
 struct Q6K;
 
 /// Q4_0: `d[16]`, then nibble chunks `0..4`; values stored plus 8.
@@ -103,6 +120,37 @@ impl Pk2 for Q4_0 {
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
         nibbles(t.add(32 + 64 * p + 32 * h))
+    }
+}
+
+/// Q5_0: `d[16]`, per step a u64 of the 5th bits (bit `4r + i`: rows 8-15 in its upper half),
+/// then nibble chunks `0..4`; values stored plus 16.
+impl Pk2 for Q5_0 {
+    const TILE: usize = 352;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 2;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = __m256;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> __m256 {
+        f16x8(t.add(16 * h))
+    }
+    #[inline(always)]
+    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
+        *d
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo, hi) = nibbles(t.add(96 + 64 * p + 32 * h));
+        let m = _mm256_set1_epi8(0x10);
+        let top = |k: usize| _mm256_and_si256(bytes_from_bits32(t.add(32 + 8 * k + 4 * h)), m);
+        (
+            _mm256_or_si256(lo, top(2 * p)),
+            _mm256_or_si256(hi, top(2 * p + 1)),
+        )
     }
 }
 
@@ -162,6 +210,45 @@ impl Pk2 for Q4K {
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
         nibbles(t.add(256 + 64 * (4 * j + p) + 32 * h))
+    }
+}
+
+/// Q5_K: Q4_K's tile, then 8 chunks of the 5th bits (chunk `j` is sub-block `j`: bit `s` of a
+/// byte belongs to its step `s`).
+impl Pk2 for Q5K {
+    const TILE: usize = 2816;
+    const SUBS: usize = 8;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 2;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = true;
+    type St = Q4KSt;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> Q4KSt {
+        Q4K::state(t, h)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &Q4KSt, t: *const u8, h: usize, j: usize) -> __m256 {
+        Q4K::scale(st, t, h, j)
+    }
+    #[inline(always)]
+    unsafe fn min(st: &Q4KSt, t: *const u8, h: usize, j: usize) -> __m256 {
+        Q4K::min(st, t, h, j)
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &Q4KSt, t: *const u8, h: usize) -> __m256 {
+        Q4K::row_d(st, t, h)
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo, hi) = Q4K::pair(t, h, j, p);
+        let bits = ld256(t.add(2304 + 64 * j + 32 * h));
+        let b = 2 * p as i32;
+        (
+            _mm256_or_si256(lo, bit_to_4(bits, b)),
+            _mm256_or_si256(hi, bit_to_4(bits, b + 1)),
+        )
     }
 }
 
@@ -451,7 +538,8 @@ unsafe fn body<T: Pk2, const G: usize>(
 
 /// Whether the AVX2 tier has packed kernels for `ty`.
 pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K)
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
@@ -479,7 +567,9 @@ pub(in crate::kernels) unsafe fn packed_avx2(
     }
     match ty {
         GgmlType::Q4_0 => run!(Q4_0),
+        GgmlType::Q5_0 => run!(Q5_0),
         GgmlType::Q4_K => run!(Q4K),
+        GgmlType::Q5_K => run!(Q5K),
         GgmlType::Q6_K => run!(Q6K),
         _ => unreachable!("no AVX2 packed kernel for {ty}"),
     }
