@@ -1,6 +1,6 @@
-//! AVX2 kernels for the packed layouts of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (see
-//! `kernels::packed`), the types of the usual "Q4_0", "Q4_K_M" and "Q5_K_M" files. Q8_0 and
-//! IQ4_XS, whose stored values reach 255, would saturate `maddubs`; they and Q3_K stay row-major.
+//! AVX2 kernels for the packed layouts of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (see
+//! `kernels::packed`), the types of the usual "Q8_0", "Q4_0", "Q4_K_M" and "Q5_K_M" files.
+//! IQ4_XS and Q3_K stay row-major on AVX2.
 //!
 //! A packed step is 64 bytes: four elements of 16 rows. AVX2 reads it as two 32-byte halves
 //! (rows 0-7 and 8-15), each a *stream* with its own 8-lane accumulators, so one broadcast of
@@ -8,7 +8,7 @@
 //! `maddubs` pair sums stay in i16 for as many steps as cannot saturate (the stored values are
 //! small and unsigned: at most 15, 31 or 63), then one `madd` widens them: about two operations per
 //! 32 multiply-adds, against five or more for a row-major block (unpacking, widening, scaling and a
-//! horizontal sum per row).
+//! horizontal sum per row). Q8_0's signed bytes take the sign trick and a `madd` per step.
 //!
 //! One kernel, [`tile_rows`], serves decode (one token, two groups: four streams, straight from
 //! the packed tiles) and batches (a group unpacked once into a thread's buffer, then passed over
@@ -34,6 +34,9 @@ trait Pk2 {
     const I16_PAIRS: usize;
     /// Whether the stored values are offset (integer sums start at `osum`).
     const OFF: bool;
+    /// Whether the steps are signed bytes (multiplied through the sign trick, each step widened
+    /// on its own: `|w|` up to 128 times a byte nearly fills an i16 pair sum).
+    const SIGNED: bool = false;
     /// Whether rows have a per-sub-block minimum.
     const MIN: bool;
     /// Whether [`Pk2::scale`] leaves out the row's super-block scale ([`Pk2::row_d`]).
@@ -93,11 +96,38 @@ unsafe fn bit_to_4(x: __m256i, b: i32) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x10))
 }
 
+struct Q8_0;
 struct Q4_0;
 struct Q5_0;
 struct Q4K;
 struct Q5K;
 struct Q6K;
+
+/// Q8_0: `d[16]`, then steps `S[0..8]` of signed bytes.
+impl Pk2 for Q8_0 {
+    const TILE: usize = 544;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 1;
+    const OFF: bool = false;
+    const SIGNED: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    type St = __m256;
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> __m256 {
+        f16x8(t.add(16 * h))
+    }
+    #[inline(always)]
+    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
+        *d
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        let at = t.add(32 + 128 * p + 32 * h);
+        (ld256(at), ld256(at.add(64)))
+    }
+}
 
 /// Q4_0: `d[16]`, then nibble chunks `0..4`; values stored plus 8.
 impl Pk2 for Q4_0 {
@@ -358,6 +388,20 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                     for i in 0..G {
                         for h in 0..2 {
                             let (w0, w1) = T::pair(tp[i], h, j, p);
+                            if T::SIGNED {
+                                // |w| * (a * sign(w)), each step widened at once.
+                                let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+                                for c in 0..C {
+                                    let x0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a[c].0, w0));
+                                    let x1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a[c].1, w1));
+                                    let x = _mm256_add_epi32(
+                                        _mm256_madd_epi16(x0, ones),
+                                        _mm256_madd_epi16(x1, ones),
+                                    );
+                                    acci[i][h][c] = _mm256_add_epi32(acci[i][h][c], x);
+                                }
+                                continue;
+                            }
                             for c in 0..C {
                                 let x = _mm256_add_epi16(
                                     _mm256_maddubs_epi16(w0, a[c].0),
@@ -367,6 +411,9 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                             }
                         }
                     }
+                }
+                if T::SIGNED {
+                    continue;
                 }
                 for i in 0..G {
                     for h in 0..2 {
@@ -438,6 +485,7 @@ impl<T: Pk2> Pk2 for Unpacked<T> {
     const PAIRS: usize = T::PAIRS;
     const I16_PAIRS: usize = T::I16_PAIRS;
     const OFF: bool = T::OFF;
+    const SIGNED: bool = T::SIGNED;
     const MIN: bool = T::MIN;
     const ROW_D: bool = T::ROW_D;
     const STREAMED: bool = false;
@@ -539,7 +587,7 @@ unsafe fn body<T: Pk2, const G: usize>(
 /// Whether the AVX2 tier has packed kernels for `ty`.
 pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
@@ -566,6 +614,7 @@ pub(in crate::kernels) unsafe fn packed_avx2(
         };
     }
     match ty {
+        GgmlType::Q8_0 => run!(Q8_0),
         GgmlType::Q4_0 => run!(Q4_0),
         GgmlType::Q5_0 => run!(Q5_0),
         GgmlType::Q4_K => run!(Q4K),
