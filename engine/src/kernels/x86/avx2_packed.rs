@@ -1,6 +1,6 @@
-//! AVX2 kernels for the packed layouts of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (see
-//! `kernels::packed`), the types of the usual "Q8_0", "Q4_0", "Q4_K_M" and "Q5_K_M" files.
-//! IQ4_XS and Q3_K stay row-major on AVX2.
+//! AVX2 kernels for the packed layouts of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and IQ4_XS (see
+//! `kernels::packed`), the types of the usual "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M" and "IQ4_XS"
+//! files. Q3_K stays row-major on AVX2.
 //!
 //! A packed step is 64 bytes: four elements of 16 rows. AVX2 reads it as two 32-byte halves
 //! (rows 0-7 and 8-15), each a *stream* with its own 8-lane accumulators, so one broadcast of
@@ -8,7 +8,8 @@
 //! `maddubs` pair sums stay in i16 for as many steps as cannot saturate (the stored values are
 //! small and unsigned: at most 15, 31 or 63), then one `madd` widens them: about two operations per
 //! 32 multiply-adds, against five or more for a row-major block (unpacking, widening, scaling and a
-//! horizontal sum per row). Q8_0's signed bytes take the sign trick and a `madd` per step.
+//! horizontal sum per row). Q8_0's and IQ4_XS's signed values take the sign trick and a `madd` per
+//! step.
 //!
 //! One kernel, [`tile_rows`], serves decode (one token, two groups: four streams, straight from
 //! the packed tiles) and batches (a group unpacked once into a thread's buffer, then passed over
@@ -18,7 +19,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    bytes_from_bits32, ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS,
+    bytes_from_bits32, iq4nl_table, ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs,
+    UNPACK_MIN_TOKENS,
 };
 use crate::quant::GgmlType;
 
@@ -102,6 +104,7 @@ struct Q5_0;
 struct Q4K;
 struct Q5K;
 struct Q6K;
+struct Iq4Xs;
 
 /// Q8_0: `d[16]`, then steps `S[0..8]` of signed bytes.
 impl Pk2 for Q8_0 {
@@ -279,6 +282,53 @@ impl Pk2 for Q5K {
             _mm256_or_si256(lo, bit_to_4(bits, b)),
             _mm256_or_si256(hi, bit_to_4(bits, b + 1)),
         )
+    }
+}
+
+/// IQ4_XS: `d[16]`, the 6 scale bytes of each row (`scales_h`, `scales_l`) as 6 x 16 bytes,
+/// nibble chunks `0..32` of indices into the IQ4_NL levels (signed, up to 127 in magnitude:
+/// the sign trick, as Q8_0).
+impl Pk2 for Iq4Xs {
+    const TILE: usize = 2176;
+    const SUBS: usize = 8;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 1;
+    const OFF: bool = false;
+    const SIGNED: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    /// `d` and the 8 rows' scales of each sub-block as signed bytes.
+    type St = (__m256, [__m128i; 8]);
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> (__m256, [__m128i; 8]) {
+        let q: [__m128i; 6] = std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h)));
+        let (m15, m48, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(48), _mm_set1_epi8(32));
+        let mut sc = [_mm_setzero_si128(); 8];
+        for (ib, sc) in sc.iter_mut().enumerate() {
+            // Low 4 bits: scales_l byte ib/2, nibble ib%2; top 2: scales_h bits 2ib.. (byte ib/4).
+            let l = q[2 + ib / 2];
+            let low = if ib % 2 == 0 { l } else { _mm_srli_epi16::<4>(l) };
+            let h = q[ib / 4];
+            let top = match ib % 4 {
+                0 => _mm_slli_epi16::<4>(h),
+                1 => _mm_slli_epi16::<2>(h),
+                2 => h,
+                _ => _mm_srli_epi16::<2>(h),
+            };
+            let v = _mm_or_si128(_mm_and_si128(low, m15), _mm_and_si128(top, m48));
+            *sc = _mm_sub_epi8(v, m32);
+        }
+        (f16x8(t.add(16 * h)), sc)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &(__m256, [__m128i; 8]), _: *const u8, _: usize, j: usize) -> __m256 {
+        _mm256_mul_ps(st.0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(st.1[j])))
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo, hi) = nibbles(t.add(128 + 64 * (4 * j + p) + 32 * h));
+        let levels = iq4nl_table();
+        (_mm256_shuffle_epi8(levels, lo), _mm256_shuffle_epi8(levels, hi))
     }
 }
 
@@ -587,7 +637,7 @@ unsafe fn body<T: Pk2, const G: usize>(
 /// Whether the AVX2 tier has packed kernels for `ty`.
 pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K | IQ4_XS)
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
@@ -620,6 +670,7 @@ pub(in crate::kernels) unsafe fn packed_avx2(
         GgmlType::Q4_K => run!(Q4K),
         GgmlType::Q5_K => run!(Q5K),
         GgmlType::Q6_K => run!(Q6K),
+        GgmlType::IQ4_XS => run!(Iq4Xs),
         _ => unreachable!("no AVX2 packed kernel for {ty}"),
     }
 }
