@@ -1788,6 +1788,48 @@ impl SbType for PkQ6K {
     }
 }
 
+/// The 8 six-bit scales and 8 mins of Q4_K/Q5_K rows (one row per byte lane) from their 12 scale
+/// bytes, byte `i` of the rows in `q[i]`: `scale_min_k4` for every lane at once.
+#[inline(always)]
+unsafe fn k4_scale_bytes(q: [__m128i; 12]) -> ([__m128i; 8], [__m128i; 8]) {
+    let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+    let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
+    let mut sc = [_mm_setzero_si128(); 8];
+    let mut m = [_mm_setzero_si128(); 8];
+    for j in 0..4 {
+        sc[j] = _mm_and_si128(q[j], m63);
+        m[j] = _mm_and_si128(q[j + 4], m63);
+    }
+    for j in 4..8 {
+        sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
+        m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
+    }
+    (sc, m)
+}
+
+/// The 8 signed sub-block scales of IQ4_XS rows (one row per byte lane) from their 6 scale bytes
+/// (`scales_h`, `scales_l`), byte `i` of the rows in `q[i]`.
+#[inline(always)]
+unsafe fn iq4xs_scale_bytes(q: [__m128i; 6]) -> [__m128i; 8] {
+    let (m15, m48, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(48), _mm_set1_epi8(32));
+    let mut sc = [_mm_setzero_si128(); 8];
+    for (ib, sc) in sc.iter_mut().enumerate() {
+        // Low 4 bits: scales_l byte ib/2, nibble ib%2; top 2: scales_h bits 2ib.. (byte ib/4).
+        let l = q[2 + ib / 2];
+        let low = if ib % 2 == 0 { l } else { _mm_srli_epi16::<4>(l) };
+        let h = q[ib / 4];
+        let top = match ib % 4 {
+            0 => _mm_slli_epi16::<4>(h),
+            1 => _mm_slli_epi16::<2>(h),
+            2 => h,
+            _ => _mm_srli_epi16::<2>(h),
+        };
+        let v = _mm_or_si128(_mm_and_si128(low, m15), _mm_and_si128(top, m48));
+        *sc = _mm_sub_epi8(v, m32);
+    }
+    sc
+}
+
 /// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
 #[derive(Clone, Copy)]
 pub(super) struct Q4KSt {
@@ -1807,21 +1849,7 @@ impl SbType for PkQ4K {
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
-        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(64 + 16 * i)));
-        let m63 = _mm_set1_epi8(63);
-        let m15 = _mm_set1_epi8(15);
-        let m3 = _mm_set1_epi8(3);
-        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
-        let mut sc = [_mm_setzero_si128(); 8];
-        let mut m = [_mm_setzero_si128(); 8];
-        for j in 0..4 {
-            sc[j] = _mm_and_si128(q[j], m63);
-            m[j] = _mm_and_si128(q[j + 4], m63);
-        }
-        for j in 4..8 {
-            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
-            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
-        }
+        let (sc, m) = k4_scale_bytes(std::array::from_fn(|i| ld128(t.add(64 + 16 * i))));
         Q4KSt {
             d: d16(t),
             dmin: d16(t.add(32)),
@@ -1896,26 +1924,7 @@ impl SbType for PkIq4Xs {
     type St = SignedScales<8>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<8> {
-        let q: [__m128i; 6] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
-        let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
-        let mut sc = [_mm_setzero_si128(); 8];
-        for (ib, sc) in sc.iter_mut().enumerate() {
-            // Low 4 bits: scales_l byte ib/2, nibble ib%2; top 2: scales_h bits 2ib.. (byte ib/4).
-            let l = q[2 + ib / 2];
-            let low = if ib % 2 == 0 { l } else { _mm_srli_epi16::<4>(l) };
-            let h = q[ib / 4];
-            let top = match ib % 4 {
-                0 => _mm_slli_epi16::<4>(h),
-                1 => _mm_slli_epi16::<2>(h),
-                2 => h,
-                _ => _mm_srli_epi16::<2>(h),
-            };
-            let v = _mm_or_si128(
-                _mm_and_si128(low, m15),
-                _mm_and_si128(top, _mm_slli_epi16::<4>(m3)),
-            );
-            *sc = _mm_sub_epi8(v, m32);
-        }
+        let sc = iq4xs_scale_bytes(std::array::from_fn(|i| ld128(t.add(32 + 16 * i))));
         SignedScales { d: d16(t), sc }
     }
     #[inline(always)]

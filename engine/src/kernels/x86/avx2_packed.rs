@@ -19,8 +19,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    bytes_from_bits32, iq4nl_table, ld128, ld256, next_stream, prefetch_ahead, Groups, PkArgs,
-    UNPACK_MIN_TOKENS,
+    bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, next_stream,
+    prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS,
 };
 use crate::quant::GgmlType;
 
@@ -98,6 +98,22 @@ unsafe fn bit_to_4(x: __m256i, b: i32) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x10))
 }
 
+/// The state and scale of the 32-element block types: the rows' f16 `d` (`d[16]` first in the
+/// tile) is the scale.
+macro_rules! block_scale {
+    () => {
+        type St = __m256;
+        #[inline(always)]
+        unsafe fn state(t: *const u8, h: usize) -> __m256 {
+            f16x8(t.add(16 * h))
+        }
+        #[inline(always)]
+        unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
+            *d
+        }
+    };
+}
+
 struct Q8_0;
 struct Q4_0;
 struct Q5_0;
@@ -116,15 +132,7 @@ impl Pk2 for Q8_0 {
     const SIGNED: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    type St = __m256;
-    #[inline(always)]
-    unsafe fn state(t: *const u8, h: usize) -> __m256 {
-        f16x8(t.add(16 * h))
-    }
-    #[inline(always)]
-    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
-        *d
-    }
+    block_scale!();
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
         let at = t.add(32 + 128 * p + 32 * h);
@@ -141,15 +149,7 @@ impl Pk2 for Q4_0 {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    type St = __m256;
-    #[inline(always)]
-    unsafe fn state(t: *const u8, h: usize) -> __m256 {
-        f16x8(t.add(16 * h))
-    }
-    #[inline(always)]
-    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
-        *d
-    }
+    block_scale!();
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
         nibbles(t.add(32 + 64 * p + 32 * h))
@@ -166,15 +166,7 @@ impl Pk2 for Q5_0 {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    type St = __m256;
-    #[inline(always)]
-    unsafe fn state(t: *const u8, h: usize) -> __m256 {
-        f16x8(t.add(16 * h))
-    }
-    #[inline(always)]
-    unsafe fn scale(d: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
-        *d
-    }
+    block_scale!();
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
         let (lo, hi) = nibbles(t.add(96 + 64 * p + 32 * h));
@@ -208,19 +200,7 @@ impl Pk2 for Q4K {
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> Q4KSt {
-        let q: [__m128i; 12] = std::array::from_fn(|i| ld64(t.add(64 + 16 * i + 8 * h)));
-        let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
-        let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
-        let mut sc = [_mm_setzero_si128(); 8];
-        let mut m = [_mm_setzero_si128(); 8];
-        for j in 0..4 {
-            sc[j] = _mm_and_si128(q[j], m63);
-            m[j] = _mm_and_si128(q[j + 4], m63);
-        }
-        for j in 4..8 {
-            sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
-            m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
-        }
+        let (sc, m) = k4_scale_bytes(std::array::from_fn(|i| ld64(t.add(64 + 16 * i + 8 * h))));
         Q4KSt {
             d: f16x8(t.add(16 * h)),
             dmin: f16x8(t.add(32 + 16 * h)),
@@ -301,23 +281,7 @@ impl Pk2 for Iq4Xs {
     type St = (__m256, [__m128i; 8]);
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> (__m256, [__m128i; 8]) {
-        let q: [__m128i; 6] = std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h)));
-        let (m15, m48, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(48), _mm_set1_epi8(32));
-        let mut sc = [_mm_setzero_si128(); 8];
-        for (ib, sc) in sc.iter_mut().enumerate() {
-            // Low 4 bits: scales_l byte ib/2, nibble ib%2; top 2: scales_h bits 2ib.. (byte ib/4).
-            let l = q[2 + ib / 2];
-            let low = if ib % 2 == 0 { l } else { _mm_srli_epi16::<4>(l) };
-            let h = q[ib / 4];
-            let top = match ib % 4 {
-                0 => _mm_slli_epi16::<4>(h),
-                1 => _mm_slli_epi16::<2>(h),
-                2 => h,
-                _ => _mm_srli_epi16::<2>(h),
-            };
-            let v = _mm_or_si128(_mm_and_si128(low, m15), _mm_and_si128(top, m48));
-            *sc = _mm_sub_epi8(v, m32);
-        }
+        let sc = iq4xs_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
         (f16x8(t.add(16 * h)), sc)
     }
     #[inline(always)]
