@@ -17,6 +17,11 @@
 //!   then nibble chunks `0..4`.
 //! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
 //!   of row `r` at `16i + r`), then nibble chunks `0..32`.
+//! - Q2_K (1344): `d[16]`, `dmin[16]`, the 16 scale bytes of each row (low nibble the sub-block's
+//!   scale, high nibble its min) as 4 steps (byte `j` of row `r` at `64(j/4) + 4r + j%4`: a
+//!   32-bit lane holds one row's four, which a shift and a mask turn into i32s without widening
+//!   bytes), then 16 chunks of the 2-bit values (chunk `h`, byte `4r+i`, bits `2s..2s+2` belong
+//!   to step `4h+s`).
 //! - Q3_K (1760): `d[16]`, the 12 scale bytes of each row as 12 x 16 bytes (`16i + r`), 16 chunks
 //!   of the low 2 bits (chunk `h`, byte `4r+i`, bits `2s..2s+2` belong to step `4h+s`), then 8
 //!   chunks of the 3rd bits (chunk `c`, byte `4r+i`, bit `s` belongs to step `8c+s`).
@@ -41,10 +46,11 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 8] = [
+pub const TYPES: [GgmlType; 9] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
+    GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -70,7 +76,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {
-    /// Element codes: 3-bit (Q3_K), 4-bit (Q4_0, Q4_K, IQ4_XS's table indices), 5-bit (Q5_0,
+    /// Element codes: 2-bit (Q2_K), 3-bit (Q3_K), 4-bit (Q4_0, Q4_K, IQ4_XS's table indices), 5-bit (Q5_0,
     /// Q5_K), 6-bit (Q6_K), or raw bytes (Q8_0).
     codes: [u8; 256],
     /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
@@ -119,6 +125,14 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
                 let (ib, l) = (e / 32, e % 32);
                 let q = b[8 + 16 * ib + l % 16];
                 c.codes[e] = if l < 16 { q & 15 } else { q >> 4 };
+            }
+        }
+        Q2_K => {
+            c.header[..16].copy_from_slice(&b[..16]);
+            c.header[16..20].copy_from_slice(&b[80..84]);
+            for e in 0..256 {
+                let (n, j, l) = (e / 128, e % 128 / 32, e % 32);
+                c.codes[e] = (b[16 + 32 * n + l] >> (2 * j)) & 3;
             }
         }
         Q3_K => {
@@ -197,6 +211,15 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
                 for l in 0..16 {
                     b[8 + 16 * ib + l] = c.codes[32 * ib + l] | (c.codes[32 * ib + 16 + l] << 4);
                 }
+            }
+        }
+        Q2_K => {
+            b[..16].copy_from_slice(&c.header[..16]);
+            b[80..84].copy_from_slice(&c.header[16..20]);
+            b[16..80].fill(0);
+            for e in 0..256 {
+                let (n, j, l) = (e / 128, e % 128 / 32, e % 32);
+                b[16 + 32 * n + l] |= c.codes[e] << (2 * j);
             }
         }
         Q3_K => {
@@ -299,6 +322,18 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             }
             nib_chunks(t, 128, 256);
         }
+        Q2_K => {
+            for r in 0..GROUP {
+                t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[16..18]);
+                t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[18..20]);
+                for j in 0..16 {
+                    t[64 + step_at(j / 4, r, j % 4)] = blocks[r].header[j];
+                }
+                for e in 0..256 {
+                    plane_set(t, 320, 2, r, e, blocks[r].codes[e]);
+                }
+            }
+        }
         Q3_K => {
             for r in 0..GROUP {
                 t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[12..14]);
@@ -347,7 +382,7 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
     }
 }
 
-/// Element `e` of row `r` in a plane of `bits`-bit fields at `base` (Q3_K's, Q5_K's and Q6_K's
+/// Element `e` of row `r` in a plane of `bits`-bit fields at `base` (Q2_K's, Q3_K's, Q5_K's and Q6_K's
 /// bit planes): each 64-byte chunk holds `8 / bits` steps, step `s` of it at bits `bits·s` of
 /// byte `4r + i` for the step's element `i`.
 fn plane_at(base: usize, bits: usize, r: usize, e: usize) -> (usize, usize) {
@@ -411,6 +446,16 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = nib(128, e);
             }
         }
+        Q2_K => {
+            c.header[16..18].copy_from_slice(&t[2 * r..2 * r + 2]);
+            c.header[18..20].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
+            for j in 0..16 {
+                c.header[j] = t[64 + step_at(j / 4, r, j % 4)];
+            }
+            for e in 0..256 {
+                c.codes[e] = plane_get(t, 320, 2, r, e);
+            }
+        }
         Q3_K => {
             c.header[12..14].copy_from_slice(&t[2 * r..2 * r + 2]);
             for i in 0..12 {
@@ -471,6 +516,7 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
         Q8_0 => pack_tiles(ty, rb, src, dst, pack_q8_0),
         Q4_0 => pack_tiles(ty, rb, src, dst, pack_q4_0),
         Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
+        Q2_K => pack_tiles(ty, rb, src, dst, pack_q2_k),
         Q3_K => pack_tiles(ty, rb, src, dst, pack_q3_k),
         Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
         Q5_K => pack_tiles(ty, rb, src, dst, pack_q5_k),
@@ -524,7 +570,7 @@ fn put_nibbles(qs: &[u8], run: usize, r: usize, t: &mut [u8], base: usize) {
 }
 
 /// Moves the 2-bit fields of a block's 256 elements (`q`: 64 bytes in ggml's K-quant order,
-/// element 128n + 32j + l at bits 2j of byte 32n + l; Q3_K's low bits, Q6_K's top bits) of row
+/// element 128n + 32j + l at bits 2j of byte 32n + l; Q2_K's values, Q3_K's low bits, Q6_K's top bits) of row
 /// `r` into the 16 chunks at `base`: chunk h holds elements 16h..16h+16, which come from bytes
 /// 32(h/8) + 16(h%2) + 4s + i at bits 2((h%8)/2); step 4h+s goes to bits 2s.
 #[inline(always)]
@@ -583,6 +629,15 @@ fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
         };
     }
     put_nibbles(&blk[6..22], 16, r, t, 96);
+}
+
+fn pack_q2_k(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[80..82]);
+    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[82..84]);
+    for k in 0..4 {
+        put(t, 64 + 64 * k + 4 * r, word(blk, 4 * k));
+    }
+    put_pairs(&blk[16..80], r, t, 320);
 }
 
 fn pack_q3_k(blk: &[u8], r: usize, t: &mut [u8]) {

@@ -1372,6 +1372,7 @@ unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
 pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
+pub(super) struct PkQ2K;
 pub(super) struct PkQ3K;
 pub(super) struct PkIq4Xs;
 pub(super) struct PkQ4K;
@@ -1682,6 +1683,7 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
+        GgmlType::Q2_K => sb_body::<PkQ2K>(g, group, tokens, out, os),
         GgmlType::Q3_K => sb_body::<PkQ3K>(g, group, tokens, out, os),
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
         GgmlType::Q5_K => sb_body::<PkQ5K>(g, group, tokens, out, os),
@@ -1830,6 +1832,32 @@ unsafe fn iq4xs_scale_bytes(q: [__m128i; 6]) -> [__m128i; 8] {
     sc
 }
 
+/// The 16 signed sub-block scales of Q3_K rows (one row per byte lane) from their 12 scale bytes,
+/// byte `i` of the rows in `q[i]`: six bits each, unpacked as ggml does, less 32.
+#[inline(always)]
+unsafe fn q3k_scale_bytes(q: [__m128i; 12]) -> [__m128i; 16] {
+    let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
+    let hi = |x: __m128i| _mm_srli_epi16::<4>(x);
+    let mut sc = [_mm_setzero_si128(); 16];
+    for j in 0..4 {
+        let top = [
+            q[8 + j],
+            _mm_srli_epi16::<2>(q[8 + j]),
+            _mm_srli_epi16::<4>(q[8 + j]),
+            _mm_srli_epi16::<6>(q[8 + j]),
+        ];
+        let low = [q[j], q[j + 4], hi(q[j]), hi(q[j + 4])];
+        for (g, (low, top)) in low.iter().zip(top).enumerate() {
+            let v = _mm_or_si128(
+                _mm_and_si128(*low, m15),
+                _mm_slli_epi16::<4>(_mm_and_si128(top, m3)),
+            );
+            sc[4 * g + j] = _mm_sub_epi8(v, m32);
+        }
+    }
+    sc
+}
+
 /// Q4_K per-tile state: `d`, `dmin` and the 8 scales / 8 mins of the 16 rows (bytes).
 #[derive(Clone, Copy)]
 pub(super) struct Q4KSt {
@@ -1957,26 +1985,7 @@ impl SbType for PkQ3K {
     type St = SignedScales<16>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<16> {
-        let q: [__m128i; 12] = std::array::from_fn(|i| ld128(t.add(32 + 16 * i)));
-        let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
-        let hi = |x: __m128i| _mm_srli_epi16::<4>(x);
-        let mut sc = [_mm_setzero_si128(); 16];
-        for j in 0..4 {
-            let top = [
-                q[8 + j],
-                _mm_srli_epi16::<2>(q[8 + j]),
-                _mm_srli_epi16::<4>(q[8 + j]),
-                _mm_srli_epi16::<6>(q[8 + j]),
-            ];
-            let low = [q[j], q[j + 4], hi(q[j]), hi(q[j + 4])];
-            for (g, (low, top)) in low.iter().zip(top).enumerate() {
-                let v = _mm_or_si128(
-                    _mm_and_si128(*low, m15),
-                    _mm_slli_epi16::<4>(_mm_and_si128(top, m3)),
-                );
-                sc[4 * g + j] = _mm_sub_epi8(v, m32);
-            }
-        }
+        let sc = q3k_scale_bytes(std::array::from_fn(|i| ld128(t.add(32 + 16 * i))));
         SignedScales { d: d16(t), sc }
     }
     #[inline(always)]
@@ -2015,6 +2024,55 @@ impl SbType for PkQ3K {
             w[s] = _mm512_or_si512(_mm512_and_si512(low[s], m3), _mm512_and_si512(top[s], m4));
         }
     }
+}
+
+/// Q2_K (see `packed`): 2-bit values, per sub-block of 16 a 4-bit scale and a 4-bit min (one
+/// byte per row, four sub-blocks' bytes of a row in one 32-bit lane), both times the row's `d` /
+/// `dmin`. With 16 sub-blocks per 84 bytes of a row, the per-sub-block work bounds decode (one
+/// thread, matrix in L2: 11-14 GB/s against Q4_K's 24), so the scale and min come out of their
+/// 32-bit lanes with a shift and a mask, not a byte widening.
+impl SbType for PkQ2K {
+    const TILE: usize = 1344;
+    const SUBS: usize = 16;
+    const STEPS: usize = 4;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = true;
+    /// `d` and `dmin`; the scale bytes are read per sub-block.
+    type St = (__m512, __m512);
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> (__m512, __m512) {
+        (d16(t), d16(t.add(32)))
+    }
+    #[inline(always)]
+    unsafe fn scale(_: &(__m512, __m512), t: *const u8, j: usize) -> __m512 {
+        _mm512_cvtepi32_ps(q2k_nibble(t, j, 0))
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &(__m512, __m512)) -> __m512 {
+        st.0
+    }
+    #[inline(always)]
+    unsafe fn min(st: &(__m512, __m512), t: *const u8, j: usize) -> __m512 {
+        _mm512_mul_ps(st.1, _mm512_cvtepi32_ps(q2k_nibble(t, j, 4)))
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        let v = ld512(t.add(320 + 64 * j));
+        let m3 = _mm512_set1_epi8(3);
+        w[0] = _mm512_and_si512(v, m3);
+        w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m3);
+        w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m3);
+        w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m3);
+    }
+}
+
+/// The 16 rows' nibble at bit `at` (0: scale, 4: min) of Q2_K tile `t`'s scale byte `j`.
+#[inline(always)]
+unsafe fn q2k_nibble(t: *const u8, j: usize, at: i32) -> __m512i {
+    let v = ld512(t.add(64 + 64 * (j / 4)));
+    let shift = _mm_cvtsi32_si128(8 * (j % 4) as i32 + at);
+    _mm512_and_si512(_mm512_srl_epi32(v, shift), _mm512_set1_epi32(15))
 }
 
 /// Q5_K: Q4_K's tile with the 5th bits after the nibbles (see `packed`), added to each step's
@@ -2343,6 +2401,9 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::IQ4_XS if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkIq4Xs>(g, group, gstride, tokens, out, os)
         }
+        GgmlType::Q2_K if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ2K>(g, group, gstride, tokens, out, os)
+        }
         GgmlType::Q3_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ3K>(g, group, gstride, tokens, out, os)
         }
@@ -2358,6 +2419,7 @@ pub(super) unsafe fn packed_pair_avx512(
                 GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q2_K => sb_decode::<PkQ2K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q3_K => sb_decode::<PkQ3K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_K => sb_decode::<PkQ5K, 2>(g, group, gstride, t, out, os),

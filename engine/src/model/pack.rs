@@ -1,6 +1,6 @@
 //! Repacking a model's weight matrices at load into the kernels' 16-row interleaved layout
 //! ([`crate::kernels::packed`]), on tiers that have packed kernels for the type (AVX-512 with
-//! VNNI; AVX2 for all but Q3_K).
+//! VNNI, and AVX2).
 //!
 //! A packed group feeds one 512-bit integer dot product for 16 rows and scales 16 rows with one
 //! multiply-add, where the row-major kernels spend a scale conversion, a product and a reduction

@@ -1,6 +1,4 @@
-//! AVX2 kernels for the packed layouts of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and IQ4_XS (see
-//! `kernels::packed`), the types of the usual "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M" and "IQ4_XS"
-//! files. Q3_K stays row-major on AVX2.
+//! AVX2 kernels for the packed layouts of every type that has one (see `kernels::packed`).
 //!
 //! A packed step is 64 bytes: four elements of 16 rows. AVX2 reads it as two 32-byte halves
 //! (rows 0-7 and 8-15), each a *stream* with its own 8-lane accumulators, so one broadcast of
@@ -20,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::{
     bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, next_stream,
-    prefetch_ahead, Groups, PkArgs, UNPACK_MIN_TOKENS,
+    prefetch_ahead, q3k_scale_bytes, Groups, PkArgs, UNPACK_MIN_TOKENS,
 };
 use crate::quant::GgmlType;
 
@@ -86,16 +84,16 @@ unsafe fn ld64(p: *const u8) -> __m128i {
     _mm_loadl_epi64(p as *const __m128i)
 }
 
-/// Bit `b` of each byte of `x` moved to bit 4 (16-bit shifts; the mask keeps what stayed in its
-/// byte). `b` is a constant once inlined, and the shifts then take immediates.
+/// Bit `b` of each byte of `x` moved to bit `to` (16-bit shifts; the mask keeps what stayed in
+/// its byte). `b` and `to` are constants once inlined, and the shifts then take immediates.
 #[inline(always)]
-unsafe fn bit_to_4(x: __m256i, b: i32) -> __m256i {
-    let v = if b <= 4 {
-        _mm256_sll_epi16(x, _mm_cvtsi32_si128(4 - b))
+unsafe fn bit_to(x: __m256i, b: i32, to: i32) -> __m256i {
+    let v = if b <= to {
+        _mm256_sll_epi16(x, _mm_cvtsi32_si128(to - b))
     } else {
-        _mm256_srl_epi16(x, _mm_cvtsi32_si128(b - 4))
+        _mm256_srl_epi16(x, _mm_cvtsi32_si128(b - to))
     };
-    _mm256_and_si256(v, _mm256_set1_epi8(0x10))
+    _mm256_and_si256(v, _mm256_set1_epi8(1 << to))
 }
 
 /// The state and scale of the 32-element block types: the rows' f16 `d` (`d[16]` first in the
@@ -117,6 +115,8 @@ macro_rules! block_scale {
 struct Q8_0;
 struct Q4_0;
 struct Q5_0;
+struct Q2K;
+struct Q3K;
 struct Q4K;
 struct Q5K;
 struct Q6K;
@@ -226,6 +226,95 @@ impl Pk2 for Q4K {
     }
 }
 
+/// The 8 rows' nibble at bit `at` (0: scale, 4: min) of Q2_K tile `t`'s scale byte `j`, half `h`.
+#[inline(always)]
+unsafe fn q2k_nibble(t: *const u8, h: usize, j: usize, at: i32) -> __m256i {
+    let v = ld256(t.add(64 + 64 * (j / 4) + 32 * h));
+    let shift = _mm_cvtsi32_si128(8 * (j % 4) as i32 + at);
+    _mm256_and_si256(_mm256_srl_epi32(v, shift), _mm256_set1_epi32(15))
+}
+
+/// Steps `2p` and `2p + 1` of a chunk `v` of 2-bit fields (step `s` at bits `2s..2s+2`).
+#[inline(always)]
+unsafe fn two_bit_pair(v: __m256i, p: usize) -> (__m256i, __m256i) {
+    let m3 = _mm256_set1_epi8(3);
+    let (a, b) = if p == 0 {
+        (v, _mm256_srli_epi16(v, 2))
+    } else {
+        (_mm256_srli_epi16(v, 4), _mm256_srli_epi16(v, 6))
+    };
+    (_mm256_and_si256(a, m3), _mm256_and_si256(b, m3))
+}
+
+/// Q2_K: `d[16]`, `dmin[16]`, the 16 scale bytes (scale | min << 4) as 4 steps, then 16 chunks
+/// of the 2-bit values (chunk `j` is sub-block `j`).
+impl Pk2 for Q2K {
+    const TILE: usize = 1344;
+    const SUBS: usize = 16;
+    const PAIRS: usize = 2;
+    const I16_PAIRS: usize = 2;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = true;
+    /// `d` and `dmin`; the scale bytes are read per sub-block.
+    type St = (__m256, __m256);
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> (__m256, __m256) {
+        (f16x8(t.add(16 * h)), f16x8(t.add(32 + 16 * h)))
+    }
+    #[inline(always)]
+    unsafe fn scale(_: &(__m256, __m256), t: *const u8, h: usize, j: usize) -> __m256 {
+        _mm256_cvtepi32_ps(q2k_nibble(t, h, j, 0))
+    }
+    #[inline(always)]
+    unsafe fn min(st: &(__m256, __m256), t: *const u8, h: usize, j: usize) -> __m256 {
+        _mm256_mul_ps(st.1, _mm256_cvtepi32_ps(q2k_nibble(t, h, j, 4)))
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &(__m256, __m256), _: *const u8, _: usize) -> __m256 {
+        st.0
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        two_bit_pair(ld256(t.add(320 + 64 * j + 32 * h)), p)
+    }
+}
+
+/// Q3_K: `d[16]`, the 12 scale bytes as 12 x 16 bytes, 16 chunks of the low 2 bits (chunk `j` is
+/// sub-block `j`), then 8 chunks of the 3rd bits (chunk `c`, bit `s`: step `8c + s`); values
+/// stored plus 4.
+impl Pk2 for Q3K {
+    const TILE: usize = 1760;
+    const SUBS: usize = 16;
+    const PAIRS: usize = 2;
+    const I16_PAIRS: usize = 2;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    /// `d` and the 8 rows' signed scales of each sub-block.
+    type St = (__m256, [__m128i; 16]);
+    #[inline(always)]
+    unsafe fn state(t: *const u8, h: usize) -> (__m256, [__m128i; 16]) {
+        let sc = q3k_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
+        (f16x8(t.add(16 * h)), sc)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &(__m256, [__m128i; 16]), _: *const u8, _: usize, j: usize) -> __m256 {
+        _mm256_mul_ps(st.0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(st.1[j])))
+    }
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo0, lo1) = two_bit_pair(ld256(t.add(224 + 64 * j + 32 * h)), p);
+        // Step 4j + s's 3rd bit is bit 4(j % 2) + s of its byte: moved to bit 2.
+        let bits = ld256(t.add(1248 + 64 * (j / 2) + 32 * h));
+        let b = (4 * (j % 2) + 2 * p) as i32;
+        (
+            _mm256_or_si256(lo0, bit_to(bits, b, 2)),
+            _mm256_or_si256(lo1, bit_to(bits, b + 1, 2)),
+        )
+    }
+}
+
 /// Q5_K: Q4_K's tile, then 8 chunks of the 5th bits (chunk `j` is sub-block `j`: bit `s` of a
 /// byte belongs to its step `s`).
 impl Pk2 for Q5K {
@@ -259,8 +348,8 @@ impl Pk2 for Q5K {
         let bits = ld256(t.add(2304 + 64 * j + 32 * h));
         let b = 2 * p as i32;
         (
-            _mm256_or_si256(lo, bit_to_4(bits, b)),
-            _mm256_or_si256(hi, bit_to_4(bits, b + 1)),
+            _mm256_or_si256(lo, bit_to(bits, b, 4)),
+            _mm256_or_si256(hi, bit_to(bits, b + 1, 4)),
         )
     }
 }
@@ -601,7 +690,7 @@ unsafe fn body<T: Pk2, const G: usize>(
 /// Whether the AVX2 tier has packed kernels for `ty`.
 pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K | IQ4_XS)
+    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
@@ -631,6 +720,8 @@ pub(in crate::kernels) unsafe fn packed_avx2(
         GgmlType::Q8_0 => run!(Q8_0),
         GgmlType::Q4_0 => run!(Q4_0),
         GgmlType::Q5_0 => run!(Q5_0),
+        GgmlType::Q2_K => run!(Q2K),
+        GgmlType::Q3_K => run!(Q3K),
         GgmlType::Q4_K => run!(Q4K),
         GgmlType::Q5_K => run!(Q5K),
         GgmlType::Q6_K => run!(Q6K),
