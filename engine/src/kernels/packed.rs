@@ -12,7 +12,8 @@
 //! `S[k]` is a step of four elements (4k..4k+4) for all rows: 64 bytes, row `r` at `4r..4r+4`.
 //! A "nibble chunk" `c` is 64 bytes whose low nibbles are step `2c` and high nibbles step `2c+1`.
 //! - Q8_0 (544 bytes): `d[16]` f16, then steps `S[0..8]` of signed bytes.
-//! - Q4_0 (288): `d[16]`, then nibble chunks `0..4` of the 4-bit codes.
+//! - Q4_0 and IQ4_NL (288): `d[16]`, then nibble chunks `0..4` of the 4-bit codes (IQ4_NL's
+//!   indices into its levels).
 //! - Q5_0 (352): `d[16]`, then per step a u64 whose bit `4r+i` is the 5th bit of that element,
 //!   then nibble chunks `0..4`.
 //! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
@@ -46,9 +47,10 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 9] = [
+pub const TYPES: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
     GgmlType::Q5_0,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
@@ -68,7 +70,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
         Q5_0 => 16,
         Q3_K => 4,
         Q6_K => 32,
-        IQ4_XS => 128,
+        IQ4_NL | IQ4_XS => 128,
         _ => 0,
     }
 }
@@ -76,7 +78,7 @@ pub fn value_offset(ty: GgmlType) -> i32 {
 /// Raw codes of one block (the small integers the format stores per element) and its header
 /// bytes (everything but the quants), so that packing and unpacking are one generic transposition.
 struct Codes {
-    /// Element codes: 2-bit (Q2_K), 3-bit (Q3_K), 4-bit (Q4_0, Q4_K, IQ4_XS's table indices), 5-bit (Q5_0,
+    /// Element codes: 2-bit (Q2_K), 3-bit (Q3_K), 4-bit (Q4_0, Q4_K, IQ4_NL's and IQ4_XS's table indices), 5-bit (Q5_0,
     /// Q5_K), 6-bit (Q6_K), or raw bytes (Q8_0).
     codes: [u8; 256],
     /// Header: the f16 scale(s) and, for K-quants, the scale bytes, in the block's own order.
@@ -95,7 +97,7 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
             c.header[..2].copy_from_slice(&b[..2]);
             c.codes[..32].copy_from_slice(&b[2..34]);
         }
-        Q4_0 => {
+        Q4_0 | IQ4_NL => {
             c.header[..2].copy_from_slice(&b[..2]);
             for j in 0..16 {
                 c.codes[j] = b[2 + j] & 15;
@@ -180,7 +182,7 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
             b[..2].copy_from_slice(&c.header[..2]);
             b[2..34].copy_from_slice(&c.codes[..32]);
         }
-        Q4_0 => {
+        Q4_0 | IQ4_NL => {
             b[..2].copy_from_slice(&c.header[..2]);
             for j in 0..16 {
                 b[2 + j] = c.codes[j] | (c.codes[j + 16] << 4);
@@ -301,7 +303,7 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
                 }
             }
         }
-        Q4_0 => nib_chunks(t, 32, 32),
+        Q4_0 | IQ4_NL => nib_chunks(t, 32, 32),
         Q5_0 => {
             for k in 0..8 {
                 let mut m = 0u64;
@@ -426,7 +428,7 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = t[32 + step_at(e / 4, r, e % 4)];
             }
         }
-        Q4_0 => {
+        Q4_0 | IQ4_NL => {
             for e in 0..32 {
                 c.codes[e] = nib(32, e);
             }
@@ -514,7 +516,7 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
     use GgmlType::*;
     match ty {
         Q8_0 => pack_tiles(ty, rb, src, dst, pack_q8_0),
-        Q4_0 => pack_tiles(ty, rb, src, dst, pack_q4_0),
+        Q4_0 | IQ4_NL => pack_tiles(ty, rb, src, dst, pack_q4_0),
         Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
         Q2_K => pack_tiles(ty, rb, src, dst, pack_q2_k),
         Q3_K => pack_tiles(ty, rb, src, dst, pack_q3_k),

@@ -1372,6 +1372,7 @@ unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
 pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
+pub(super) struct PkIq4Nl;
 pub(super) struct PkQ2K;
 pub(super) struct PkQ3K;
 pub(super) struct PkIq4Xs;
@@ -1449,6 +1450,43 @@ impl Pk512 for PkQ5_0 {
             w[k] = _mm512_mask_add_epi8(w[k], m, w[k], hb);
         }
     }
+}
+
+/// IQ4_NL: Q4_0's tile holding indices into the IQ4_NL levels, looked up as the levels plus 128
+/// (unsigned bytes for `vpdpbusd`; sums start at `-128 · Σa`).
+impl Pk512 for PkIq4Nl {
+    const TILE: usize = 288;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 128;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
+        *st
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        let levels = iq4nl_levels_biased();
+        for c in 0..4 {
+            let (lo, hi) = nib512(t.add(32 + 64 * c));
+            w[2 * c] = _mm512_shuffle_epi8(levels, lo);
+            w[2 * c + 1] = _mm512_shuffle_epi8(levels, hi);
+        }
+    }
+}
+
+/// The 16 IQ4_NL levels plus 128 in every 128-bit lane: a `vpshufb` table from index to
+/// unsigned byte.
+#[inline(always)]
+unsafe fn iq4nl_levels_biased() -> __m512i {
+    _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)),
+        _mm512_set1_epi8(0x80u8 as i8),
+    )
 }
 
 /// What the packed kernels read besides the group: the batch's activations and side data.
@@ -1683,6 +1721,7 @@ pub(super) unsafe fn packed_avx512(
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
+        GgmlType::IQ4_NL => packed_body512::<PkIq4Nl>(g, group, tokens, out, os),
         GgmlType::Q2_K => sb_body::<PkQ2K>(g, group, tokens, out, os),
         GgmlType::Q3_K => sb_body::<PkQ3K>(g, group, tokens, out, os),
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
@@ -1961,10 +2000,7 @@ impl SbType for PkIq4Xs {
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        let levels = _mm512_xor_si512(
-            _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)),
-            _mm512_set1_epi8(0x80u8 as i8),
-        );
+        let levels = iq4nl_levels_biased();
         for c in 0..4 {
             let (lo, hi) = nib512(t.add(128 + 64 * (4 * j + c)));
             w[2 * c] = _mm512_shuffle_epi8(levels, lo);
@@ -2419,6 +2455,7 @@ pub(super) unsafe fn packed_pair_avx512(
                 GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q2_K => sb_decode::<PkQ2K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q3_K => sb_decode::<PkQ3K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),

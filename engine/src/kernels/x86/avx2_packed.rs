@@ -115,6 +115,7 @@ macro_rules! block_scale {
 struct Q8_0;
 struct Q4_0;
 struct Q5_0;
+struct Iq4Nl;
 struct Q2K;
 struct Q3K;
 struct Q4K;
@@ -153,6 +154,26 @@ impl Pk2 for Q4_0 {
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
         nibbles(t.add(32 + 64 * p + 32 * h))
+    }
+}
+
+/// IQ4_NL: Q4_0's tile holding indices into the IQ4_NL levels (signed, up to 127 in magnitude:
+/// the sign trick, as Q8_0).
+impl Pk2 for Iq4Nl {
+    const TILE: usize = 288;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 1;
+    const OFF: bool = false;
+    const SIGNED: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = false;
+    block_scale!();
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        let (lo, hi) = nibbles(t.add(32 + 64 * p + 32 * h));
+        let levels = iq4nl_table();
+        (_mm256_shuffle_epi8(levels, lo), _mm256_shuffle_epi8(levels, hi))
     }
 }
 
@@ -690,7 +711,10 @@ unsafe fn body<T: Pk2, const G: usize>(
 /// Whether the AVX2 tier has packed kernels for `ty`.
 pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q8_0 | Q4_0 | Q5_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
+    matches!(
+        ty,
+        Q8_0 | Q4_0 | Q5_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
+    )
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
@@ -720,6 +744,7 @@ pub(in crate::kernels) unsafe fn packed_avx2(
         GgmlType::Q8_0 => run!(Q8_0),
         GgmlType::Q4_0 => run!(Q4_0),
         GgmlType::Q5_0 => run!(Q5_0),
+        GgmlType::IQ4_NL => run!(Iq4Nl),
         GgmlType::Q2_K => run!(Q2K),
         GgmlType::Q3_K => run!(Q3K),
         GgmlType::Q4_K => run!(Q4K),
