@@ -1369,6 +1369,22 @@ unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
     )
 }
 
+/// The state and scale of the 32-element block types: the rows' f16 `d` (`d[16]` first in the
+/// tile) is the scale.
+macro_rules! block_scale512 {
+    () => {
+        type St = __m512;
+        #[inline(always)]
+        unsafe fn state(t: *const u8) -> __m512 {
+            d16(t)
+        }
+        #[inline(always)]
+        unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
+            *st
+        }
+    };
+}
+
 pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
 pub(super) struct PkQ5_0;
@@ -1385,15 +1401,7 @@ impl Pk512 for PkQ8_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 128;
-    type St = __m512;
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> __m512 {
-        d16(t)
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
-        *st
-    }
+    block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         let bias = _mm512_set1_epi8(i8::MIN);
@@ -1408,15 +1416,7 @@ impl Pk512 for PkQ4_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 8;
-    type St = __m512;
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> __m512 {
-        d16(t)
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
-        *st
-    }
+    block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         for c in 0..4 {
@@ -1430,15 +1430,7 @@ impl Pk512 for PkQ5_0 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 16;
-    type St = __m512;
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> __m512 {
-        d16(t)
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
-        *st
-    }
+    block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         let hb = _mm512_set1_epi8(0x10);
@@ -1459,15 +1451,7 @@ impl Pk512 for PkIq4Nl {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 128;
-    type St = __m512;
-    #[inline(always)]
-    unsafe fn state(t: *const u8) -> __m512 {
-        d16(t)
-    }
-    #[inline(always)]
-    unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
-        *st
-    }
+    block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         let levels = iq4nl_levels_biased();

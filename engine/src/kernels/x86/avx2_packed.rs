@@ -112,6 +112,22 @@ macro_rules! block_scale {
     };
 }
 
+/// Per-half state of the types whose sub-block scales are small signed integers times the row's
+/// `d` (Q3_K, IQ4_XS): `d` and, per sub-block, the 8 rows' scales as signed bytes.
+#[derive(Clone, Copy)]
+struct SignedScales<const N: usize> {
+    d: __m256,
+    sc: [__m128i; N],
+}
+
+impl<const N: usize> SignedScales<N> {
+    /// The rows' f32 scales of sub-block `j`.
+    #[inline(always)]
+    unsafe fn scale(&self, j: usize) -> __m256 {
+        _mm256_mul_ps(self.d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(self.sc[j])))
+    }
+}
+
 struct Q8_0;
 struct Q4_0;
 struct Q5_0;
@@ -312,16 +328,18 @@ impl Pk2 for Q3K {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    /// `d` and the 8 rows' signed scales of each sub-block.
-    type St = (__m256, [__m128i; 16]);
+    type St = SignedScales<16>;
     #[inline(always)]
-    unsafe fn state(t: *const u8, h: usize) -> (__m256, [__m128i; 16]) {
+    unsafe fn state(t: *const u8, h: usize) -> SignedScales<16> {
         let sc = q3k_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
-        (f16x8(t.add(16 * h)), sc)
+        SignedScales {
+            d: f16x8(t.add(16 * h)),
+            sc,
+        }
     }
     #[inline(always)]
-    unsafe fn scale(st: &(__m256, [__m128i; 16]), _: *const u8, _: usize, j: usize) -> __m256 {
-        _mm256_mul_ps(st.0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(st.1[j])))
+    unsafe fn scale(st: &SignedScales<16>, _: *const u8, _: usize, j: usize) -> __m256 {
+        st.scale(j)
     }
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
@@ -387,16 +405,18 @@ impl Pk2 for Iq4Xs {
     const SIGNED: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
-    /// `d` and the 8 rows' scales of each sub-block as signed bytes.
-    type St = (__m256, [__m128i; 8]);
+    type St = SignedScales<8>;
     #[inline(always)]
-    unsafe fn state(t: *const u8, h: usize) -> (__m256, [__m128i; 8]) {
+    unsafe fn state(t: *const u8, h: usize) -> SignedScales<8> {
         let sc = iq4xs_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
-        (f16x8(t.add(16 * h)), sc)
+        SignedScales {
+            d: f16x8(t.add(16 * h)),
+            sc,
+        }
     }
     #[inline(always)]
-    unsafe fn scale(st: &(__m256, [__m128i; 8]), _: *const u8, _: usize, j: usize) -> __m256 {
-        _mm256_mul_ps(st.0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(st.1[j])))
+    unsafe fn scale(st: &SignedScales<8>, _: *const u8, _: usize, j: usize) -> __m256 {
+        st.scale(j)
     }
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
