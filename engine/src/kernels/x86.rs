@@ -1454,23 +1454,23 @@ impl Pk512 for PkIq4Nl {
     block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
-        let levels = iq4nl_levels_biased();
-        for c in 0..4 {
-            let (lo, hi) = nib512(t.add(32 + 64 * c));
-            w[2 * c] = _mm512_shuffle_epi8(levels, lo);
-            w[2 * c + 1] = _mm512_shuffle_epi8(levels, hi);
-        }
+        iq4_steps512(t.add(32), w);
     }
 }
 
-/// The 16 IQ4_NL levels plus 128 in every 128-bit lane: a `vpshufb` table from index to
-/// unsigned byte.
+/// The 8 steps of the four nibble chunks at `p` (IQ4_NL / IQ4_XS indices), each index looked up
+/// (`vpshufb`) in the IQ4_NL levels plus 128: unsigned bytes for `vpdpbusd`.
 #[inline(always)]
-unsafe fn iq4nl_levels_biased() -> __m512i {
-    _mm512_xor_si512(
+unsafe fn iq4_steps512(p: *const u8, w: &mut [__m512i; 8]) {
+    let levels = _mm512_xor_si512(
         _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)),
         _mm512_set1_epi8(0x80u8 as i8),
-    )
+    );
+    for c in 0..4 {
+        let (lo, hi) = nib512(p.add(64 * c));
+        w[2 * c] = _mm512_shuffle_epi8(levels, lo);
+        w[2 * c + 1] = _mm512_shuffle_epi8(levels, hi);
+    }
 }
 
 /// What the packed kernels read besides the group: the batch's activations and side data.
@@ -1984,12 +1984,7 @@ impl SbType for PkIq4Xs {
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
-        let levels = iq4nl_levels_biased();
-        for c in 0..4 {
-            let (lo, hi) = nib512(t.add(128 + 64 * (4 * j + c)));
-            w[2 * c] = _mm512_shuffle_epi8(levels, lo);
-            w[2 * c + 1] = _mm512_shuffle_epi8(levels, hi);
-        }
+        iq4_steps512(t.add(128 + 256 * j), w);
     }
 }
 

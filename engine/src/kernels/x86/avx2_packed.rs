@@ -72,6 +72,15 @@ unsafe fn nibbles(p: *const u8) -> (__m256i, __m256i) {
     )
 }
 
+/// A nibble chunk's half at `p` of IQ4_NL / IQ4_XS indices as two steps of their (signed)
+/// levels.
+#[inline(always)]
+unsafe fn iq4_pair(p: *const u8) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles(p);
+    let levels = iq4nl_table();
+    (_mm256_shuffle_epi8(levels, lo), _mm256_shuffle_epi8(levels, hi))
+}
+
 /// The 8 f16 values at `p` as f32.
 #[inline(always)]
 unsafe fn f16x8(p: *const u8) -> __m256 {
@@ -187,9 +196,7 @@ impl Pk2 for Iq4Nl {
     block_scale!();
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
-        let (lo, hi) = nibbles(t.add(32 + 64 * p + 32 * h));
-        let levels = iq4nl_table();
-        (_mm256_shuffle_epi8(levels, lo), _mm256_shuffle_epi8(levels, hi))
+        iq4_pair(t.add(32 + 64 * p + 32 * h))
     }
 }
 
@@ -420,9 +427,7 @@ impl Pk2 for Iq4Xs {
     }
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
-        let (lo, hi) = nibbles(t.add(128 + 64 * (4 * j + p) + 32 * h));
-        let levels = iq4nl_table();
-        (_mm256_shuffle_epi8(levels, lo), _mm256_shuffle_epi8(levels, hi))
+        iq4_pair(t.add(128 + 64 * (4 * j + p) + 32 * h))
     }
 }
 
