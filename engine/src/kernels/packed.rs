@@ -16,6 +16,8 @@
 //!   indices into its levels).
 //! - Q5_0 (352): `d[16]`, then per step a u64 whose bit `4r+i` is the 5th bit of that element,
 //!   then nibble chunks `0..4`.
+//! - Q4_1 (320) and Q5_1 (384): Q4_0's and Q5_0's tiles with the rows' f16 minimums `m[16]`
+//!   after `d[16]`.
 //! - Q4_K (2304): `d[16]`, `dmin[16]`, the 12 scale bytes of each row as 12 x 16 bytes (byte `i`
 //!   of row `r` at `16i + r`), then nibble chunks `0..32`.
 //! - Q2_K (1344): `d[16]`, `dmin[16]`, the 16 scale bytes of each row (low nibble the sub-block's
@@ -47,11 +49,13 @@ pub fn has_layout(ty: GgmlType) -> bool {
 }
 
 /// The weight types with a packed layout.
-pub const TYPES: [GgmlType; 10] = [
+pub const TYPES: [GgmlType; 12] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::Q4_1,
     GgmlType::IQ4_NL,
     GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -97,19 +101,21 @@ fn decode(ty: GgmlType, b: &[u8]) -> Codes {
             c.header[..2].copy_from_slice(&b[..2]);
             c.codes[..32].copy_from_slice(&b[2..34]);
         }
-        Q4_0 | IQ4_NL => {
-            c.header[..2].copy_from_slice(&b[..2]);
+        Q4_0 | IQ4_NL | Q4_1 => {
+            let h = head_bytes(ty);
+            c.header[..h].copy_from_slice(&b[..h]);
             for j in 0..16 {
-                c.codes[j] = b[2 + j] & 15;
-                c.codes[j + 16] = b[2 + j] >> 4;
+                c.codes[j] = b[h + j] & 15;
+                c.codes[j + 16] = b[h + j] >> 4;
             }
         }
-        Q5_0 => {
-            c.header[..2].copy_from_slice(&b[..2]);
-            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        Q5_0 | Q5_1 => {
+            let h = head_bytes(ty);
+            c.header[..h].copy_from_slice(&b[..h]);
+            let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
             for j in 0..16 {
-                c.codes[j] = (b[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
-                c.codes[j + 16] = (b[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+                c.codes[j] = (b[h + 4 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+                c.codes[j + 16] = (b[h + 4 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
             }
         }
         Q4_K => {
@@ -182,21 +188,23 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
             b[..2].copy_from_slice(&c.header[..2]);
             b[2..34].copy_from_slice(&c.codes[..32]);
         }
-        Q4_0 | IQ4_NL => {
-            b[..2].copy_from_slice(&c.header[..2]);
+        Q4_0 | IQ4_NL | Q4_1 => {
+            let h = head_bytes(ty);
+            b[..h].copy_from_slice(&c.header[..h]);
             for j in 0..16 {
-                b[2 + j] = c.codes[j] | (c.codes[j + 16] << 4);
+                b[h + j] = c.codes[j] | (c.codes[j + 16] << 4);
             }
         }
-        Q5_0 => {
-            b[..2].copy_from_slice(&c.header[..2]);
+        Q5_0 | Q5_1 => {
+            let h = head_bytes(ty);
+            b[..h].copy_from_slice(&c.header[..h]);
             let mut qh = 0u32;
             for j in 0..32 {
                 qh |= u32::from(c.codes[j] >> 4) << j;
             }
-            b[2..6].copy_from_slice(&qh.to_le_bytes());
+            b[h..h + 4].copy_from_slice(&qh.to_le_bytes());
             for j in 0..16 {
-                b[6 + j] = (c.codes[j] & 15) | ((c.codes[j + 16] & 15) << 4);
+                b[h + 4 + j] = (c.codes[j] & 15) | ((c.codes[j + 16] & 15) << 4);
             }
         }
         Q4_K => {
@@ -263,6 +271,15 @@ fn encode(ty: GgmlType, c: &Codes, b: &mut [u8]) {
     }
 }
 
+/// Header bytes of a 32-element block: `d`, and `m` for Q4_1 and Q5_1. In a tile the 16 rows'
+/// `d` come first, then their `m`: the tile's header is `16 x` the block's.
+fn head_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q5_1 => 4,
+        _ => 2,
+    }
+}
+
 /// Bytes of one tile (16 rows x one block).
 pub fn tile_bytes(ty: GgmlType) -> usize {
     GROUP * ty.type_size() as usize
@@ -304,7 +321,19 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
             }
         }
         Q4_0 | IQ4_NL => nib_chunks(t, 32, 32),
-        Q5_0 => {
+        Q4_1 => {
+            for r in 0..GROUP {
+                t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
+            }
+            nib_chunks(t, 64, 32);
+        }
+        Q5_0 | Q5_1 => {
+            let h = 16 * head_bytes(ty);
+            if ty == Q5_1 {
+                for r in 0..GROUP {
+                    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
+                }
+            }
             for k in 0..8 {
                 let mut m = 0u64;
                 for r in 0..GROUP {
@@ -312,9 +341,9 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
                         m |= u64::from(blocks[r].codes[4 * k + i] >> 4) << (4 * r + i);
                     }
                 }
-                t[32 + 8 * k..40 + 8 * k].copy_from_slice(&m.to_le_bytes());
+                t[h + 8 * k..h + 8 + 8 * k].copy_from_slice(&m.to_le_bytes());
             }
-            nib_chunks(t, 96, 32);
+            nib_chunks(t, h + 64, 32);
         }
         IQ4_XS => {
             for r in 0..GROUP {
@@ -428,16 +457,24 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
                 c.codes[e] = t[32 + step_at(e / 4, r, e % 4)];
             }
         }
-        Q4_0 | IQ4_NL => {
+        Q4_0 | IQ4_NL | Q4_1 => {
+            if ty == Q4_1 {
+                c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
+            }
+            let h = 16 * head_bytes(ty);
             for e in 0..32 {
-                c.codes[e] = nib(32, e);
+                c.codes[e] = nib(h, e);
             }
         }
-        Q5_0 => {
+        Q5_0 | Q5_1 => {
+            let h = 16 * head_bytes(ty);
+            if ty == Q5_1 {
+                c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
+            }
             for e in 0..32 {
-                let m =
-                    u64::from_le_bytes(t[32 + 8 * (e / 4)..40 + 8 * (e / 4)].try_into().expect("8 bytes"));
-                c.codes[e] = nib(96, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
+                let at = h + 8 * (e / 4);
+                let m = u64::from_le_bytes(t[at..at + 8].try_into().expect("8 bytes"));
+                c.codes[e] = nib(h + 64, e) | ((((m >> (4 * r + e % 4)) & 1) as u8) << 4);
             }
         }
         IQ4_XS => {
@@ -517,7 +554,9 @@ fn pack_group(ty: GgmlType, rb: usize, src: &[u8], dst: &mut [u8]) {
     match ty {
         Q8_0 => pack_tiles(ty, rb, src, dst, pack_q8_0),
         Q4_0 | IQ4_NL => pack_tiles(ty, rb, src, dst, pack_q4_0),
+        Q4_1 => pack_tiles(ty, rb, src, dst, pack_q4_1),
         Q5_0 => pack_tiles(ty, rb, src, dst, pack_q5_0),
+        Q5_1 => pack_tiles(ty, rb, src, dst, pack_q5_1),
         Q2_K => pack_tiles(ty, rb, src, dst, pack_q2_k),
         Q3_K => pack_tiles(ty, rb, src, dst, pack_q3_k),
         Q4_K => pack_tiles(ty, rb, src, dst, pack_q4_k),
@@ -617,12 +656,30 @@ fn pack_q4_0(blk: &[u8], r: usize, t: &mut [u8]) {
     put_nibbles(&blk[2..18], 16, r, t, 32);
 }
 
+fn pack_q4_1(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    put_nibbles(&blk[4..20], 16, r, t, 64);
+}
+
 fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
     t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    put_q5(&blk[2..22], r, t, 32);
+}
+
+fn pack_q5_1(blk: &[u8], r: usize, t: &mut [u8]) {
+    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    put_q5(&blk[4..24], r, t, 64);
+}
+
+/// Moves a Q5_0/Q5_1 block's `qh` and nibbles (`q`: the 20 bytes after its header) of row `r`
+/// into the tile's 5th-bit masks at `base` and its nibble chunks after them.
+fn put_q5(q: &[u8], r: usize, t: &mut [u8], base: usize) {
     // Step k's u64 holds at bit `4r + i` the 5th bit of element 4k+i: qh's bits 4k..4k+4.
-    let qh = word(blk, 2);
+    let qh = word(q, 0);
     for k in 0..8 {
-        let o = 32 + 8 * k + r / 2;
+        let o = base + 8 * k + r / 2;
         let v = ((qh >> (4 * k)) & 15) as u8;
         t[o] = if r.is_multiple_of(2) {
             (t[o] & 0xf0) | v
@@ -630,7 +687,7 @@ fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
             (t[o] & 0x0f) | (v << 4)
         };
     }
-    put_nibbles(&blk[6..22], 16, r, t, 96);
+    put_nibbles(&q[4..20], 16, r, t, base + 64);
 }
 
 fn pack_q2_k(blk: &[u8], r: usize, t: &mut [u8]) {

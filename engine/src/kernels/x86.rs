@@ -1342,9 +1342,17 @@ pub(super) trait Pk512 {
     const SUB: usize;
     /// Values are stored plus `OFF`: integer sums start at `-OFF * Σa`.
     const OFF: i32;
+    /// Whether rows have a minimum (Q4_1, Q5_1: `w = d·q + m`), added as `m · s` with the
+    /// token's `s = d·Σa` (`ActSide::msum`).
+    const MIN: bool = false;
     type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, j: usize) -> __m512;
+    /// The rows' f32 minimums (with `MIN`).
+    #[inline(always)]
+    unsafe fn min(_t: *const u8) -> __m512 {
+        _mm512_setzero_ps()
+    }
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
 }
 
@@ -1387,7 +1395,9 @@ macro_rules! block_scale512 {
 
 pub(super) struct PkQ8_0;
 pub(super) struct PkQ4_0;
+pub(super) struct PkQ4_1;
 pub(super) struct PkQ5_0;
+pub(super) struct PkQ5_1;
 pub(super) struct PkIq4Nl;
 pub(super) struct PkQ2K;
 pub(super) struct PkQ3K;
@@ -1425,6 +1435,26 @@ impl Pk512 for PkQ4_0 {
     }
 }
 
+/// Q4_1: Q4_0's steps after `d[16]` and `m[16]`; values unsigned, no offset.
+impl Pk512 for PkQ4_1 {
+    const TILE: usize = 320;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 0;
+    const MIN: bool = true;
+    block_scale512!();
+    #[inline(always)]
+    unsafe fn min(t: *const u8) -> __m512 {
+        d16(t.add(32))
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        for c in 0..4 {
+            (w[2 * c], w[2 * c + 1]) = nib512(t.add(64 + 64 * c));
+        }
+    }
+}
+
 impl Pk512 for PkQ5_0 {
     const TILE: usize = 352;
     const SUBS: usize = 1;
@@ -1433,14 +1463,39 @@ impl Pk512 for PkQ5_0 {
     block_scale512!();
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
-        let hb = _mm512_set1_epi8(0x10);
-        for c in 0..4 {
-            (w[2 * c], w[2 * c + 1]) = nib512(t.add(96 + 64 * c));
-        }
-        for k in 0..8 {
-            let m: __mmask64 = (t.add(32 + 8 * k) as *const u64).read_unaligned();
-            w[k] = _mm512_mask_add_epi8(w[k], m, w[k], hb);
-        }
+        q5_steps512(t.add(32), w);
+    }
+}
+
+/// Q5_1: Q5_0's steps after `d[16]` and `m[16]`; values unsigned, no offset.
+impl Pk512 for PkQ5_1 {
+    const TILE: usize = 384;
+    const SUBS: usize = 1;
+    const SUB: usize = 32;
+    const OFF: i32 = 0;
+    const MIN: bool = true;
+    block_scale512!();
+    #[inline(always)]
+    unsafe fn min(t: *const u8) -> __m512 {
+        d16(t.add(32))
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
+        q5_steps512(t.add(64), w);
+    }
+}
+
+/// The 8 steps of Q5_0's and Q5_1's 5-bit values from the 5th-bit masks at `p` and the nibble
+/// chunks after them: each mask bit adds 16 to its byte.
+#[inline(always)]
+unsafe fn q5_steps512(p: *const u8, w: &mut [__m512i; 8]) {
+    let hb = _mm512_set1_epi8(0x10);
+    for c in 0..4 {
+        (w[2 * c], w[2 * c + 1]) = nib512(p.add(64 + 64 * c));
+    }
+    for k in 0..8 {
+        let m: __mmask64 = (p.add(8 * k) as *const u64).read_unaligned();
+        w[k] = _mm512_mask_add_epi8(w[k], m, w[k], hb);
     }
 }
 
@@ -1567,7 +1622,7 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
 ) {
     const { assert!(T::SUB % 8 == 0, "steps go in pairs") };
     let n_sub = g.side.n_sub;
-    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow = g.xq.as_ptr().add(t * g.row_bytes);
     let groups = Groups {
@@ -1613,6 +1668,10 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
                 let acci = _mm512_add_epi32(even[r], odd[r]);
                 let s = T::scale(&st[r], j);
                 accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci), _mm512_mul_ps(s, d), accf[r]);
+                if T::MIN {
+                    let m = _mm512_set1_ps(*sm.add(t * n_sub + js));
+                    accf[r] = _mm512_fmadd_ps(T::min(tp[r]), m, accf[r]);
+                }
             }
         }
     }
@@ -1630,7 +1689,7 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
-    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let mut accf = [_mm512_setzero_ps(); C];
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
@@ -1655,9 +1714,14 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
                 }
             }
             let s = T::scale(&st, j);
+            let m = T::min(tp);
             for c in 0..C {
                 let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
                 accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
+                if T::MIN {
+                    let x = _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js));
+                    accf[c] = _mm512_fmadd_ps(m, x, accf[c]);
+                }
             }
         }
     }
@@ -1704,7 +1768,9 @@ pub(super) unsafe fn packed_avx512(
     match ty {
         GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
         GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
+        GgmlType::Q4_1 => packed_body512::<PkQ4_1>(g, group, tokens, out, os),
         GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
+        GgmlType::Q5_1 => packed_body512::<PkQ5_1>(g, group, tokens, out, os),
         GgmlType::IQ4_NL => packed_body512::<PkIq4Nl>(g, group, tokens, out, os),
         GgmlType::Q2_K => sb_body::<PkQ2K>(g, group, tokens, out, os),
         GgmlType::Q3_K => sb_body::<PkQ3K>(g, group, tokens, out, os),
@@ -2433,7 +2499,9 @@ pub(super) unsafe fn packed_pair_avx512(
             match ty {
                 GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q4_1 => packed_decode512::<PkQ4_1, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
+                GgmlType::Q5_1 => packed_decode512::<PkQ5_1, 2>(g, group, gstride, t, out, os),
                 GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q2_K => sb_decode::<PkQ2K, 2>(g, group, gstride, t, out, os),
                 GgmlType::Q3_K => sb_decode::<PkQ3K, 2>(g, group, gstride, t, out, os),

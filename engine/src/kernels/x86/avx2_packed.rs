@@ -121,6 +121,25 @@ macro_rules! block_scale {
     };
 }
 
+/// The state, scale and minimum of the 32-element block types with a minimum (Q4_1, Q5_1): the
+/// rows' f16 `d[16]` and `m[16]` first in the tile.
+macro_rules! min_block_state {
+    () => {
+        #[inline(always)]
+        unsafe fn state(t: *const u8, h: usize) -> (__m256, __m256) {
+            (f16x8(t.add(16 * h)), f16x8(t.add(32 + 16 * h)))
+        }
+        #[inline(always)]
+        unsafe fn scale(st: &(__m256, __m256), _: *const u8, _: usize, _: usize) -> __m256 {
+            st.0
+        }
+        #[inline(always)]
+        unsafe fn min(st: &(__m256, __m256), _: *const u8, _: usize, _: usize) -> __m256 {
+            st.1
+        }
+    };
+}
+
 /// Per-half state of the types whose sub-block scales are small signed integers times the row's
 /// `d` (Q3_K, IQ4_XS): `d` and, per sub-block, the 8 rows' scales as signed bytes.
 #[derive(Clone, Copy)]
@@ -139,7 +158,9 @@ impl<const N: usize> SignedScales<N> {
 
 struct Q8_0;
 struct Q4_0;
+struct Q4_1;
 struct Q5_0;
+struct Q5_1;
 struct Iq4Nl;
 struct Q2K;
 struct Q3K;
@@ -200,6 +221,23 @@ impl Pk2 for Iq4Nl {
     }
 }
 
+/// Q4_1: `d[16]`, `m[16]`, then nibble chunks `0..4`; values unsigned, no offset.
+impl Pk2 for Q4_1 {
+    const TILE: usize = 320;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 4;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = false;
+    type St = (__m256, __m256);
+    min_block_state!();
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        nibbles(t.add(64 + 64 * p + 32 * h))
+    }
+}
+
 /// Q5_0: `d[16]`, per step a u64 of the 5th bits (bit `4r + i`: rows 8-15 in its upper half),
 /// then nibble chunks `0..4`; values stored plus 16.
 impl Pk2 for Q5_0 {
@@ -213,14 +251,38 @@ impl Pk2 for Q5_0 {
     block_scale!();
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
-        let (lo, hi) = nibbles(t.add(96 + 64 * p + 32 * h));
-        let m = _mm256_set1_epi8(0x10);
-        let top = |k: usize| _mm256_and_si256(bytes_from_bits32(t.add(32 + 8 * k + 4 * h)), m);
-        (
-            _mm256_or_si256(lo, top(2 * p)),
-            _mm256_or_si256(hi, top(2 * p + 1)),
-        )
+        q5_pair(t.add(32), h, p)
     }
+}
+
+/// Q5_1: `d[16]`, `m[16]`, then Q5_0's 5th bits and nibble chunks; values unsigned, no offset.
+impl Pk2 for Q5_1 {
+    const TILE: usize = 384;
+    const SUBS: usize = 1;
+    const PAIRS: usize = 4;
+    const I16_PAIRS: usize = 2;
+    const OFF: bool = false;
+    const MIN: bool = true;
+    const ROW_D: bool = false;
+    type St = (__m256, __m256);
+    min_block_state!();
+    #[inline(always)]
+    unsafe fn pair(t: *const u8, h: usize, _: usize, p: usize) -> (__m256i, __m256i) {
+        q5_pair(t.add(64), h, p)
+    }
+}
+
+/// Steps `2p` and `2p + 1`, half `h`, of Q5_0's and Q5_1's 5-bit values from the 5th-bit masks
+/// at `q` and the nibble chunks after them.
+#[inline(always)]
+unsafe fn q5_pair(q: *const u8, h: usize, p: usize) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles(q.add(64 + 64 * p + 32 * h));
+    let m = _mm256_set1_epi8(0x10);
+    let top = |k: usize| _mm256_and_si256(bytes_from_bits32(q.add(8 * k + 4 * h)), m);
+    (
+        _mm256_or_si256(lo, top(2 * p)),
+        _mm256_or_si256(hi, top(2 * p + 1)),
+    )
 }
 
 /// Q4_K per-half state: `d`, `dmin`, and the 8 scales and 8 mins of each sub-block (bytes).
@@ -738,7 +800,7 @@ pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q8_0 | Q4_0 | Q5_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
+        Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
     )
 }
 
@@ -768,7 +830,9 @@ pub(in crate::kernels) unsafe fn packed_avx2(
     match ty {
         GgmlType::Q8_0 => run!(Q8_0),
         GgmlType::Q4_0 => run!(Q4_0),
+        GgmlType::Q4_1 => run!(Q4_1),
         GgmlType::Q5_0 => run!(Q5_0),
+        GgmlType::Q5_1 => run!(Q5_1),
         GgmlType::IQ4_NL => run!(Iq4Nl),
         GgmlType::Q2_K => run!(Q2K),
         GgmlType::Q3_K => run!(Q3K),
