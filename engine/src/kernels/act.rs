@@ -43,7 +43,9 @@ pub fn geglu(isa: Isa, table: &[u16], gate: &mut [f32], up: &[f32]) {
             x86::geglu_avx512(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len())
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::geglu_avx2(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            x86::geglu_avx2(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len())
+        },
         _ => 0,
     };
     for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {
@@ -69,7 +71,7 @@ pub fn swiglu(isa: Isa, gate: &mut [f32], up: &[f32]) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::swiglu_avx512(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::swiglu_avx2(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::swiglu_avx2(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         _ => 0,
     };
     for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {

@@ -56,7 +56,9 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::scores_avx512(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::scores_avx2(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            x86::scores_avx2(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr())
+        },
         _ => {
             for c in 0..nc {
                 let kr = &k[c * dk..(c + 1) * dk];
@@ -83,7 +85,9 @@ pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l:
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::stats_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            x86::stats_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr())
+        },
         _ => {
             for i in 0..nqp {
                 let mb = (0..nc).fold(f32::NEG_INFINITY, |a, c| a.max(s[c * nqp + i]));
@@ -114,7 +118,7 @@ pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], inv: &
             x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe {
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::weights_avx2(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
         },
         _ => {
@@ -160,7 +164,9 @@ pub fn weighted_values(
             x86::values_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::values_avx2(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            x86::values_avx2(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
+        },
         _ => {
             for (i, a) in acc[..nq * dvp].chunks_exact_mut(dvp).enumerate() {
                 for c in 0..nc {
@@ -204,7 +210,7 @@ pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         _ => 0,
     };
     for (d, b) in dst[done..].iter_mut().zip(src[2 * done..].chunks_exact(2)) {

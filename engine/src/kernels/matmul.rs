@@ -34,7 +34,7 @@ pub fn can_use_packed(isa: Isa, ty: GgmlType) -> bool {
         && match isa {
             Isa::Avx512 => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => super::x86::avx2_packed::has_kernels(ty),
+            Isa::Avx2 | Isa::AvxVnni => super::x86::avx2_packed::has_kernels(ty),
             _ => false,
         }
 }
@@ -315,7 +315,7 @@ fn gemm(
     // at `-off · Σa` (the offset sums, which NEON's signed panels do not read).
     let off: i32 = match isa {
         Isa::Avx512 => 128,
-        Isa::Avx2 => e.unsigned.map_or(0, |(off, _)| off.into()),
+        Isa::Avx2 | Isa::AvxVnni => e.unsigned.map_or(0, |(off, _)| off.into()),
         _ => 0,
     };
     let side = gemm::act_side(pool, w.ty, vec_dot_type(w.ty), w.n, xq, arb, n_tokens, off);
@@ -392,7 +392,7 @@ unsafe fn packed_groups(
 ) {
     // Only the x86 tiers have packed kernels ([`can_use_packed`]): no other tier packs a matrix.
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
+    if matches!(isa, Isa::Avx512 | Isa::AvxVnni | Isa::Avx2) {
         let args = super::x86::PkArgs {
             n_tiles: w.n / w.ty.block_size() as usize,
             side,
@@ -408,9 +408,14 @@ unsafe fn packed_groups(
                 let pair = g + 2 <= groups.end;
                 let group = w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr();
                 let o = out.add(g * PANEL_ROWS);
-                if isa == Isa::Avx2 {
+                if isa != Isa::Avx512 {
                     let n_groups = 1 + pair as usize;
-                    super::x86::avx2_packed::packed_avx2(
+                    let run = if isa == Isa::AvxVnni {
+                        super::x86::avx2_packed::packed_avxvnni
+                    } else {
+                        super::x86::avx2_packed::packed_avx2
+                    };
+                    run(
                         w.ty,
                         &args,
                         group,
@@ -450,7 +455,7 @@ unsafe fn run_tile(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => super::x86::gemm_avx512(tile, tokens, out, os, rows),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => super::x86::gemm_avx2(tile, tokens, out, os, rows),
+        Isa::Avx2 | Isa::AvxVnni => super::x86::gemm_avx2(tile, tokens, out, os, rows),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => super::neon::gemm(tile, tokens, out, os, rows),
         _ => {
@@ -590,6 +595,41 @@ mod tests {
                         assert!(bad.is_empty(), "{isa} {ty} n_out {n_out} token {t}: rows {bad:?}");
                     }
                 }
+            }
+        }
+    }
+
+    /// AVX-VNNI's packed kernels give AVX2's bits: the same integer sums, one `vpdpbusd` per
+    /// step instead of `maddubs` pair sums, and the same float steps.
+    #[test]
+    fn avxvnni_matches_avx2_bitwise() {
+        use crate::kernels::packed;
+        if !Isa::AvxVnni.is_supported() {
+            return;
+        }
+        let pool = ThreadPool::new(2).unwrap();
+        let mut rng = Rng::new(33);
+        for ty in packed::TYPES {
+            let (n, n_out) = (3 * ty.block_size() as usize, 80);
+            let mut data = random_rows(&mut rng, ty, n, n_out);
+            let packed_rows = packed::pack_in_place(ty, n, &mut data, n_out, &mut Vec::new());
+            let w = Matrix {
+                ty,
+                n,
+                n_out,
+                row_bytes: row_bytes(ty, n),
+                data: &data,
+                packed_rows,
+            };
+            for n_tokens in [1, 13] {
+                let xq: Vec<u8> = (0..n_tokens)
+                    .flat_map(|_| random_act(&mut rng, ty, n).1)
+                    .collect();
+                let [mut a, mut b] = [0, 1].map(|_| vec![f32::NAN; n_out * n_tokens]);
+                matmul(&pool, Isa::Avx2, &w, &xq, n_tokens, &mut a);
+                matmul(&pool, Isa::AvxVnni, &w, &xq, n_tokens, &mut b);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{ty} tokens {n_tokens}");
             }
         }
     }

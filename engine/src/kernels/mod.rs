@@ -4,7 +4,7 @@
 //! Every weight type has a *vec_dot type* (ggml's pairing): activations are converted once per
 //! input to that format (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and then dotted with every weight row
 //! using integer products per block. Kernels exist for several instruction-set tiers ([`Isa`]);
-//! the best one the CPU supports is picked once, and `OLLAMARS_ISA=scalar|avx2|avx512|neon`
+//! the best one the CPU supports is picked once, and `OLLAMARS_ISA=scalar|avx2|avxvnni|avx512|neon`
 //! forces a lower tier (tests run every tier the CPU allows through the explicit-`Isa` entry
 //! points). A binary built for generic x86-64 uses AVX2 / AVX-512 wherever the CPU has them.
 //!
@@ -44,6 +44,9 @@ pub enum Isa {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Haswell, Zen 1 and later).
     Avx2,
+    /// AVX2 plus AVX-VNNI (Alder Lake and later cores without AVX-512): the AVX2 kernels, with
+    /// the packed matrices' integer dot products in 256-bit `vpdpbusd`.
+    AvxVnni,
     /// x86-64 with AVX-512 F/BW/VL/DQ and VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later);
     /// BF16 dot products are used where AVX512_BF16 is present too.
     Avx512,
@@ -52,12 +55,13 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Neon];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
         }
@@ -79,6 +83,8 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2.is_supported() && is_x86_feature_detected!("avxvnni"),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 Isa::Avx2.is_supported()
@@ -165,7 +171,7 @@ pub fn quantize_act(isa: Isa, ty: GgmlType, x: &[f32], out: &mut [u8]) {
     use GgmlType::*;
     match (isa, ty) {
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2 | Isa::Avx512, Q8_0 | Q8_1 | Q8_K | F16) => {
+        (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512, Q8_0 | Q8_1 | Q8_K | F16) => {
             // SAFETY: the tier is supported (asserted above) and the sizes match.
             unsafe {
                 match ty {
@@ -222,7 +228,7 @@ pub fn dot_rows(isa: Isa, ty: GgmlType, n: usize, w: &[u8], w_stride: usize, a: 
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::dot_rows_avx512(ty, n, wp, w_stride, ap, out) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::dot_rows_avx2(ty, n, wp, w_stride, ap, out) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::dot_rows_avx2(ty, n, wp, w_stride, ap, out) },
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => unsafe { neon::dot_rows(ty, n, wp, w_stride, ap, out) },
         _ => {

@@ -536,8 +536,11 @@ impl Pk2 for Q6K {
 /// `G` packed groups (group `g` at `group + g * gstride`, its rows to `out + 16 g`) against the
 /// `C` tokens from `t0`, into `out[t * os + ..]`. Each activation broadcast feeds the `2G` half
 /// streams; each unpacked step feeds the `C` tokens. Decode (`C = 1`) prefetches the stream ahead.
+/// With `V` (AVX-VNNI) each step is one `vpdpbusd` into one of two i32 chains (even and odd
+/// steps) in place of the `maddubs` pair sums and their widening: the same integers, so both
+/// give the same bits.
 #[inline(always)]
-unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
+unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
     g: &PkArgs,
     group: *const u8,
     gstride: usize,
@@ -587,6 +590,7 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                 }
             }
             for p0 in (0..T::PAIRS).step_by(T::I16_PAIRS) {
+                // The `maddubs` pair sums in i16, or (`V`) the odd steps' i32 chain.
                 let mut s16 = [[[_mm256_setzero_si256(); C]; 2]; G];
                 for p in p0..p0 + T::I16_PAIRS {
                     let a: [(__m256i, __m256i); C] = std::array::from_fn(|c| {
@@ -603,6 +607,13 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                                 // |w| * (a * sign(w)), each step widened at once.
                                 let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
                                 for c in 0..C {
+                                    if V {
+                                        let (s0, s1) =
+                                            (_mm256_sign_epi8(a[c].0, w0), _mm256_sign_epi8(a[c].1, w1));
+                                        acci[i][h][c] = _mm256_dpbusd_avx_epi32(acci[i][h][c], u0, s0);
+                                        s16[i][h][c] = _mm256_dpbusd_avx_epi32(s16[i][h][c], u1, s1);
+                                        continue;
+                                    }
                                     let x0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a[c].0, w0));
                                     let x1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a[c].1, w1));
                                     let x = _mm256_add_epi32(
@@ -614,6 +625,11 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                                 continue;
                             }
                             for c in 0..C {
+                                if V {
+                                    acci[i][h][c] = _mm256_dpbusd_avx_epi32(acci[i][h][c], w0, a[c].0);
+                                    s16[i][h][c] = _mm256_dpbusd_avx_epi32(s16[i][h][c], w1, a[c].1);
+                                    continue;
+                                }
                                 let x = _mm256_add_epi16(
                                     _mm256_maddubs_epi16(w0, a[c].0),
                                     _mm256_maddubs_epi16(w1, a[c].1),
@@ -623,13 +639,17 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize>(
                         }
                     }
                 }
-                if T::SIGNED {
+                if T::SIGNED && !V {
                     continue;
                 }
                 for i in 0..G {
                     for h in 0..2 {
                         for c in 0..C {
-                            let x = _mm256_madd_epi16(s16[i][h][c], ones);
+                            let x = if V {
+                                s16[i][h][c]
+                            } else {
+                                _mm256_madd_epi16(s16[i][h][c], ones)
+                            };
                             acci[i][h][c] = _mm256_add_epi32(acci[i][h][c], x);
                         }
                     }
@@ -760,7 +780,7 @@ thread_local! {
 /// groups side by side from the packed tiles, one token at a time; a batch unpacks one group at
 /// a time and passes over it with two tokens at a time.
 #[inline(always)]
-unsafe fn body<T: Pk2, const G: usize>(
+unsafe fn body<T: Pk2, const G: usize, const V: bool>(
     g: &PkArgs,
     group: *const u8,
     gstride: usize,
@@ -770,7 +790,7 @@ unsafe fn body<T: Pk2, const G: usize>(
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
         for t in tokens {
-            tile_rows::<T, G, 1>(g, group, gstride, t, out, os);
+            tile_rows::<T, G, 1, V>(g, group, gstride, t, out, os);
         }
         return;
     }
@@ -786,11 +806,11 @@ unsafe fn body<T: Pk2, const G: usize>(
         let out = out.add(16 * i);
         let mut t = tokens.start;
         while t + 2 <= tokens.end {
-            tile_rows::<Unpacked<T>, 1, 2>(g, buf, 0, t, out, os);
+            tile_rows::<Unpacked<T>, 1, 2, V>(g, buf, 0, t, out, os);
             t += 2;
         }
         if t < tokens.end {
-            tile_rows::<Unpacked<T>, 1, 1>(g, buf, 0, t, out, os);
+            tile_rows::<Unpacked<T>, 1, 1, V>(g, buf, 0, t, out, os);
         }
     }
 }
@@ -818,12 +838,43 @@ pub(in crate::kernels) unsafe fn packed_avx2(
     out: *mut f32,
     os: usize,
 ) {
+    packed::<false>(ty, g, group, gstride, n_groups, tokens, out, os)
+}
+
+/// [`packed_avx2`] with AVX-VNNI's `vpdpbusd` (the same bits).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[allow(clippy::too_many_arguments)]
+pub(in crate::kernels) unsafe fn packed_avxvnni(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    n_groups: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    packed::<true>(ty, g, group, gstride, n_groups, tokens, out, os)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn packed<const V: bool>(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    n_groups: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
     macro_rules! run {
         ($t:ty) => {
             if n_groups == 2 {
-                body::<$t, 2>(g, group, gstride, tokens, out, os)
+                body::<$t, 2, V>(g, group, gstride, tokens, out, os)
             } else {
-                body::<$t, 1>(g, group, gstride, tokens, out, os)
+                body::<$t, 1, V>(g, group, gstride, tokens, out, os)
             }
         };
     }
