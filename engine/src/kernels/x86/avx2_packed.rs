@@ -536,9 +536,8 @@ impl Pk2 for Q6K {
 /// `G` packed groups (group `g` at `group + g * gstride`, its rows to `out + 16 g`) against the
 /// `C` tokens from `t0`, into `out[t * os + ..]`. Each activation broadcast feeds the `2G` half
 /// streams; each unpacked step feeds the `C` tokens. Decode (`C = 1`) prefetches the stream ahead.
-/// With `V` (AVX-VNNI) each step is one `vpdpbusd` into one of two i32 chains (even and odd
-/// steps) in place of the `maddubs` pair sums and their widening: the same integers, so both
-/// give the same bits.
+/// With `V` (AVX-VNNI) each step is one `vpdpbusd` (see [`vnni_pair`]) in place of the `maddubs`
+/// pair sums and their widening: the same integers, so both give the same bits.
 #[inline(always)]
 unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
     g: &PkArgs,
@@ -608,10 +607,8 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                                 let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
                                 for c in 0..C {
                                     if V {
-                                        let (s0, s1) =
-                                            (_mm256_sign_epi8(a[c].0, w0), _mm256_sign_epi8(a[c].1, w1));
-                                        acci[i][h][c] = _mm256_dpbusd_avx_epi32(acci[i][h][c], u0, s0);
-                                        s16[i][h][c] = _mm256_dpbusd_avx_epi32(s16[i][h][c], u1, s1);
+                                        let s = (_mm256_sign_epi8(a[c].0, w0), _mm256_sign_epi8(a[c].1, w1));
+                                        vnni_pair(&mut acci[i][h][c], &mut s16[i][h][c], (u0, u1), s, C);
                                         continue;
                                     }
                                     let x0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a[c].0, w0));
@@ -626,8 +623,7 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                             }
                             for c in 0..C {
                                 if V {
-                                    acci[i][h][c] = _mm256_dpbusd_avx_epi32(acci[i][h][c], w0, a[c].0);
-                                    s16[i][h][c] = _mm256_dpbusd_avx_epi32(s16[i][h][c], w1, a[c].1);
+                                    vnni_pair(&mut acci[i][h][c], &mut s16[i][h][c], (w0, w1), a[c], C);
                                     continue;
                                 }
                                 let x = _mm256_add_epi16(
@@ -639,7 +635,7 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                         }
                     }
                 }
-                if T::SIGNED && !V {
+                if (T::SIGNED && !V) || (V && C > 1) {
                     continue;
                 }
                 for i in 0..G {
@@ -692,6 +688,26 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                 _mm256_storeu_ps(out.add((t0 + c) * os + 16 * i + 8 * h), accf[i][h][c]);
             }
         }
+    }
+}
+
+/// Steps `w.0` and `w.1` times activations `a.0` and `a.1` added to `acc` (AVX-VNNI). With one
+/// token (`c == 1`, decode) the odd step goes to a second chain, `odd`, added at the sub-block's
+/// end: a step then waits for half as many `vpdpbusd`s. Batches have chains enough in their
+/// tokens, and the registers for four tokens only with one chain each (AVX2 has 16).
+#[inline(always)]
+unsafe fn vnni_pair(
+    acc: &mut __m256i,
+    odd: &mut __m256i,
+    w: (__m256i, __m256i),
+    a: (__m256i, __m256i),
+    c: usize,
+) {
+    *acc = _mm256_dpbusd_avx_epi32(*acc, w.0, a.0);
+    if c == 1 {
+        *odd = _mm256_dpbusd_avx_epi32(*odd, w.1, a.1);
+    } else {
+        *acc = _mm256_dpbusd_avx_epi32(*acc, w.1, a.1);
     }
 }
 
@@ -805,6 +821,11 @@ unsafe fn body<T: Pk2, const G: usize, const V: bool>(
         unpack::<T>(group.add(i * gstride), g.n_tiles, buf);
         let out = out.add(16 * i);
         let mut t = tokens.start;
+        // AVX-VNNI needs no registers for i16 sums: four tokens per pass share each step's load.
+        while V && t + 4 <= tokens.end {
+            tile_rows::<Unpacked<T>, 1, 4, V>(g, buf, 0, t, out, os);
+            t += 4;
+        }
         while t + 2 <= tokens.end {
             tile_rows::<Unpacked<T>, 1, 2, V>(g, buf, 0, t, out, os);
             t += 2;
