@@ -520,16 +520,8 @@ mod tests {
                 // and an 8-row row-major tail.
                 for (n, n_out) in [(2 * bs, 16), (3 * bs, 37), (5 * bs, 64), (3 * bs, 760)] {
                     let data = random_rows(&mut rng, ty, n, n_out);
-                    let mut pk = data.clone();
-                    let packed_rows = packed::pack_in_place(ty, n, &mut pk, n_out, &mut Vec::new());
-                    let pm = Matrix {
-                        ty,
-                        n,
-                        n_out,
-                        row_bytes: row_bytes(ty, n),
-                        data: &pk,
-                        packed_rows,
-                    };
+                    let (pk, packed_rows) = packed_copy(ty, n, &data);
+                    let pm = matrix(ty, n, &pk, packed_rows);
                     // 140 tokens: more than one block of PACKED_TOKEN_BLOCK.
                     let big: &[usize] = if n_out == 64 { &[140] } else { &[] };
                     let counts: &[usize] = if n_out == 760 {
@@ -570,16 +562,8 @@ mod tests {
                 // threads and a last chunk of one group and an 8-row row-major tail.
                 for n_out in [48, 760] {
                     let (n, n_tokens) = (5 * ty.block_size() as usize, 13);
-                    let mut data = random_rows(&mut rng, ty, n, n_out);
-                    let packed_rows = packed::pack_in_place(ty, n, &mut data, n_out, &mut Vec::new());
-                    let w = Matrix {
-                        ty,
-                        n,
-                        n_out,
-                        row_bytes: row_bytes(ty, n),
-                        data: &data,
-                        packed_rows,
-                    };
+                    let (data, packed_rows) = packed_copy(ty, n, &random_rows(&mut rng, ty, n, n_out));
+                    let w = matrix(ty, n, &data, packed_rows);
                     let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
                     let mut batch = vec![0f32; n_out * n_tokens];
                     matmul(&pool, isa, &w, &xq.concat(), n_tokens, &mut batch);
@@ -611,16 +595,8 @@ mod tests {
         let mut rng = Rng::new(33);
         for ty in packed::TYPES {
             let (n, n_out) = (3 * ty.block_size() as usize, 80);
-            let mut data = random_rows(&mut rng, ty, n, n_out);
-            let packed_rows = packed::pack_in_place(ty, n, &mut data, n_out, &mut Vec::new());
-            let w = Matrix {
-                ty,
-                n,
-                n_out,
-                row_bytes: row_bytes(ty, n),
-                data: &data,
-                packed_rows,
-            };
+            let (data, packed_rows) = packed_copy(ty, n, &random_rows(&mut rng, ty, n, n_out));
+            let w = matrix(ty, n, &data, packed_rows);
             for n_tokens in [1, 13] {
                 let xq: Vec<u8> = (0..n_tokens)
                     .flat_map(|_| random_act(&mut rng, ty, n).1)
@@ -646,15 +622,30 @@ mod tests {
             .iter()
             .zip(data)
             .zip(packed_rows)
-            .map(|((&(ty, n_out), d), &packed_rows)| Matrix {
-                ty,
-                n,
-                n_out,
-                row_bytes: row_bytes(ty, n),
-                data: d,
-                packed_rows,
-            })
+            .map(|((&(ty, _), d), &packed_rows)| matrix(ty, n, d, packed_rows))
             .collect()
+    }
+
+    /// The matrix of `ty` rows of `n` values in `data`, the first `packed_rows` packed.
+    fn matrix(ty: GgmlType, n: usize, data: &[u8], packed_rows: usize) -> Matrix<'_> {
+        let rb = row_bytes(ty, n);
+        Matrix {
+            ty,
+            n,
+            n_out: data.len() / rb,
+            row_bytes: rb,
+            data,
+            packed_rows,
+        }
+    }
+
+    /// A copy of the row-major `data` (rows of `n` values of `ty`) with every whole group of 16
+    /// rows packed, and how many rows that is.
+    fn packed_copy(ty: GgmlType, n: usize, data: &[u8]) -> (Vec<u8>, usize) {
+        let mut pk = data.to_vec();
+        let rows = data.len() / row_bytes(ty, n);
+        let packed_rows = crate::kernels::packed::pack_in_place(ty, n, &mut pk, rows, &mut Vec::new());
+        (pk, packed_rows)
     }
 
     /// Fused products (different types and sizes, as Q/K/V of a real model; packed where the

@@ -1379,6 +1379,7 @@ unsafe fn nib512(p: *const u8) -> (__m512i, __m512i) {
 
 /// The state and scale of the 32-element block types: the rows' f16 `d` (`d[16]` first in the
 /// tile) is the scale.
+/// With `min`: and the rows' f16 minimums `m[16]` after them (Q4_1, Q5_1).
 macro_rules! block_scale512 {
     () => {
         type St = __m512;
@@ -1389,6 +1390,14 @@ macro_rules! block_scale512 {
         #[inline(always)]
         unsafe fn scale(st: &__m512, _j: usize) -> __m512 {
             *st
+        }
+    };
+    (min) => {
+        block_scale512!();
+        const MIN: bool = true;
+        #[inline(always)]
+        unsafe fn min(t: *const u8) -> __m512 {
+            d16(t.add(32))
         }
     };
 }
@@ -1441,12 +1450,7 @@ impl Pk512 for PkQ4_1 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 0;
-    const MIN: bool = true;
-    block_scale512!();
-    #[inline(always)]
-    unsafe fn min(t: *const u8) -> __m512 {
-        d16(t.add(32))
-    }
+    block_scale512!(min);
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         for c in 0..4 {
@@ -1473,12 +1477,7 @@ impl Pk512 for PkQ5_1 {
     const SUBS: usize = 1;
     const SUB: usize = 32;
     const OFF: i32 = 0;
-    const MIN: bool = true;
-    block_scale512!();
-    #[inline(always)]
-    unsafe fn min(t: *const u8) -> __m512 {
-        d16(t.add(32))
-    }
+    block_scale512!(min);
     #[inline(always)]
     unsafe fn steps(t: *const u8, _j: usize, w: &mut [__m512i; 8]) {
         q5_steps512(t.add(64), w);
