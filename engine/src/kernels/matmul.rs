@@ -28,15 +28,10 @@ pub struct Matrix<'a> {
     pub packed_rows: usize,
 }
 
-/// Whether `isa` has kernels for packed matrices of type `ty` (packing is only worth doing then).
+/// Whether `isa` has kernels for packed matrices of type `ty` (packing is only worth doing then):
+/// the x86 tiers have them for every packed layout.
 pub fn can_use_packed(isa: Isa, ty: GgmlType) -> bool {
-    super::packed::has_layout(ty)
-        && match isa {
-            Isa::Avx512 => true,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::AvxVnni => super::x86::avx2_packed::has_kernels(ty),
-            _ => false,
-        }
+    super::packed::has_layout(ty) && matches!(isa, Isa::Avx512 | Isa::AvxVnni | Isa::Avx2)
 }
 
 /// Smallest batch that goes through the panel GEMM.

@@ -311,6 +311,9 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
     };
     for r in 0..GROUP {
         t[2 * r..2 * r + 2].copy_from_slice(&blocks[r].header[..2]);
+        if head_bytes(ty) == 4 {
+            t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
+        }
     }
     match ty {
         Q8_0 => {
@@ -320,20 +323,9 @@ fn pack_tile(ty: GgmlType, blocks: &[Codes; GROUP], t: &mut [u8]) {
                 }
             }
         }
-        Q4_0 | IQ4_NL => nib_chunks(t, 32, 32),
-        Q4_1 => {
-            for r in 0..GROUP {
-                t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
-            }
-            nib_chunks(t, 64, 32);
-        }
+        Q4_0 | IQ4_NL | Q4_1 => nib_chunks(t, 16 * head_bytes(ty), 32),
         Q5_0 | Q5_1 => {
             let h = 16 * head_bytes(ty);
-            if ty == Q5_1 {
-                for r in 0..GROUP {
-                    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blocks[r].header[2..4]);
-                }
-            }
             for k in 0..8 {
                 let mut m = 0u64;
                 for r in 0..GROUP {
@@ -451,6 +443,9 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
         }
     };
     c.header[..2].copy_from_slice(&t[2 * r..2 * r + 2]);
+    if head_bytes(ty) == 4 {
+        c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
+    }
     match ty {
         Q8_0 => {
             for e in 0..32 {
@@ -458,9 +453,6 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
             }
         }
         Q4_0 | IQ4_NL | Q4_1 => {
-            if ty == Q4_1 {
-                c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
-            }
             let h = 16 * head_bytes(ty);
             for e in 0..32 {
                 c.codes[e] = nib(h, e);
@@ -468,9 +460,6 @@ fn unpack_tile_row(ty: GgmlType, t: &[u8], r: usize) -> Codes {
         }
         Q5_0 | Q5_1 => {
             let h = 16 * head_bytes(ty);
-            if ty == Q5_1 {
-                c.header[2..4].copy_from_slice(&t[32 + 2 * r..34 + 2 * r]);
-            }
             for e in 0..32 {
                 let at = h + 8 * (e / 4);
                 let m = u64::from_le_bytes(t[at..at + 8].try_into().expect("8 bytes"));
@@ -656,9 +645,15 @@ fn pack_q4_0(blk: &[u8], r: usize, t: &mut [u8]) {
     put_nibbles(&blk[2..18], 16, r, t, 32);
 }
 
-fn pack_q4_1(blk: &[u8], r: usize, t: &mut [u8]) {
+/// Row `r`'s two leading f16s (`d` and `m` of Q4_1/Q5_1, `d` and `dmin` of Q4_K/Q5_K) into the
+/// tile's `d[16]` and the 16 halves after it.
+fn put_two_f16(blk: &[u8], r: usize, t: &mut [u8]) {
     t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
     t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+}
+
+fn pack_q4_1(blk: &[u8], r: usize, t: &mut [u8]) {
+    put_two_f16(blk, r, t);
     put_nibbles(&blk[4..20], 16, r, t, 64);
 }
 
@@ -668,8 +663,7 @@ fn pack_q5_0(blk: &[u8], r: usize, t: &mut [u8]) {
 }
 
 fn pack_q5_1(blk: &[u8], r: usize, t: &mut [u8]) {
-    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    put_two_f16(blk, r, t);
     put_q5(&blk[4..24], r, t, 64);
 }
 
@@ -710,8 +704,7 @@ fn pack_q3_k(blk: &[u8], r: usize, t: &mut [u8]) {
 
 /// Row `r`'s `d`, `dmin` and 12 scale bytes, which Q4_K and Q5_K blocks and tiles place alike.
 fn put_k4_head(blk: &[u8], r: usize, t: &mut [u8]) {
-    t[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    t[32 + 2 * r..34 + 2 * r].copy_from_slice(&blk[2..4]);
+    put_two_f16(blk, r, t);
     for i in 0..12 {
         t[64 + 16 * i + r] = blk[4 + i];
     }

@@ -794,7 +794,7 @@ thread_local! {
 
 /// `G` groups against tokens `tokens`: decode (and batches too short to unpack for) reads both
 /// groups side by side from the packed tiles, one token at a time; a batch unpacks one group at
-/// a time and passes over it with two tokens at a time.
+/// a time and passes over it with two tokens at a time (four with AVX-VNNI).
 #[inline(always)]
 unsafe fn body<T: Pk2, const G: usize, const V: bool>(
     g: &PkArgs,
@@ -834,15 +834,6 @@ unsafe fn body<T: Pk2, const G: usize, const V: bool>(
             tile_rows::<Unpacked<T>, 1, 1, V>(g, buf, 0, t, out, os);
         }
     }
-}
-
-/// Whether the AVX2 tier has packed kernels for `ty`.
-pub(in crate::kernels) fn has_kernels(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
-    )
 }
 
 /// `n_groups` (1 or 2) packed groups from `group` (`gstride` bytes apart; rows to `out + 16 g`)
