@@ -4,7 +4,9 @@
 //!
 //! `kernel_bench 2 peak` is the ceiling for the prompt kernels: independent chains of AVX-512
 //! `vpdpbusd` (64 int8 multiply-adds each) and nothing else, per thread with all threads busy.
-//! No kernel can beat it; `gemm` shows how close each type's GEMM gets.
+//! No kernel can beat it; `gemm` shows how close each type's GEMM gets. Its second line is the
+//! ceiling of the 16-value sub-block types (Q6_K, Q3_K, Q2_K): their batch step's instructions
+//! alone, with no memory operand (see [`sub16_step`]).
 //!
 //! `kernel_bench 2 stream` is decode's matrix work out of cache: 22 TinyLlama-1.1B layers of
 //! packed matrices per type (545-1030 MB, well past this VM's 260 MiB L3), run token by token as
@@ -248,6 +250,50 @@ unsafe fn vpdpbusd_chains(n: usize, w: i8, x: i8) -> i32 {
         .fold(0i32, i32::wrapping_add)
 }
 
+/// `n` rounds of the packed batch kernel's step for a 16-value sub-block of 2 groups x 4 tokens
+/// (`sb_tile_rows`), in registers: 8 accumulators copied from their offset sums, 4 `vpdpbusd`
+/// each, then per accumulator one conversion to f32 and one multiply-add by the rows' scales.
+/// Written in assembly: from intrinsics the compiler merges the 8 identical chains.
+#[cfg(target_arch = "x86_64")]
+fn sub16_step(n: usize) {
+    // SAFETY: only registers are touched (all declared clobbered); the caller checked AVX-512
+    // VNNI. zmm29-31 hold whatever they held: the values do not matter, only the work.
+    unsafe {
+        std::arch::asm!(
+            "vpxord zmm14, zmm14, zmm14", "vpxord zmm15, zmm15, zmm15",
+            "vpxord zmm16, zmm16, zmm16", "vpxord zmm17, zmm17, zmm17",
+            "vpxord zmm18, zmm18, zmm18", "vpxord zmm19, zmm19, zmm19",
+            "vpxord zmm20, zmm20, zmm20", "vpxord zmm21, zmm21, zmm21",
+            "vpxord zmm28, zmm28, zmm28",
+            "2:",
+            "vmovdqa64 zmm1, zmm29", "vmovdqa64 zmm2, zmm29", "vmovdqa64 zmm3, zmm29",
+            "vmovdqa64 zmm4, zmm29", "vmovdqa64 zmm5, zmm29", "vmovdqa64 zmm6, zmm29",
+            "vmovdqa64 zmm7, zmm29", "vmovdqa64 zmm8, zmm29",
+            ".rept 4",
+            "vpdpbusd zmm1, zmm30, zmm31", "vpdpbusd zmm2, zmm30, zmm31",
+            "vpdpbusd zmm3, zmm30, zmm31", "vpdpbusd zmm4, zmm30, zmm31",
+            "vpdpbusd zmm5, zmm30, zmm31", "vpdpbusd zmm6, zmm30, zmm31",
+            "vpdpbusd zmm7, zmm30, zmm31", "vpdpbusd zmm8, zmm30, zmm31",
+            ".endr",
+            "vcvtdq2ps zmm1, zmm1", "vfmadd231ps zmm14, zmm1, zmm28",
+            "vcvtdq2ps zmm2, zmm2", "vfmadd231ps zmm15, zmm2, zmm28",
+            "vcvtdq2ps zmm3, zmm3", "vfmadd231ps zmm16, zmm3, zmm28",
+            "vcvtdq2ps zmm4, zmm4", "vfmadd231ps zmm17, zmm4, zmm28",
+            "vcvtdq2ps zmm5, zmm5", "vfmadd231ps zmm18, zmm5, zmm28",
+            "vcvtdq2ps zmm6, zmm6", "vfmadd231ps zmm19, zmm6, zmm28",
+            "vcvtdq2ps zmm7, zmm7", "vfmadd231ps zmm20, zmm7, zmm28",
+            "vcvtdq2ps zmm8, zmm8", "vfmadd231ps zmm21, zmm8, zmm28",
+            "dec {n}", "jnz 2b",
+            n = inout(reg) n => _,
+            out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _,
+            out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _,
+            out("zmm14") _, out("zmm15") _, out("zmm16") _, out("zmm17") _,
+            out("zmm18") _, out("zmm19") _, out("zmm20") _, out("zmm21") _, out("zmm28") _,
+            options(nostack, nomem),
+        );
+    }
+}
+
 /// The int8 multiply-add ceiling per thread, all threads at once (see the module doc).
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn peak(pool: &ThreadPool) {
@@ -266,6 +312,19 @@ fn peak(pool: &ThreadPool) {
             .fold(f64::MAX, f64::min);
         let macs = (ROUNDS * 12 * 64) as f64;
         println!("vpdpbusd zmm chains: {:6.1} GMAC/s per thread", macs / best / 1e9);
+        const STEPS: usize = 10_000_000;
+        let best = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                pool.run(|_| sub16_step(STEPS));
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min);
+        let macs = (STEPS * 32 * 64) as f64;
+        println!(
+            "16-value sub-block step (32 vpdpbusd, 8 cvt, 8 fma): {:6.1} GMAC/s per thread",
+            macs / best / 1e9
+        );
         return;
     }
     println!("peak: needs AVX-512 VNNI");
