@@ -142,8 +142,52 @@ pub fn weight(s: f32, m: f32, inv: f32, round_f16: bool) -> f32 {
     }
 }
 
-/// `acc[i * dvp + e] += p[c * nqp + i] * v[c * dvp + e]` for the first `nq` queries, over the `nc`
-/// cells in ascending order (fused multiply-adds), skipping zero weights.
+/// Where [`weighted_values`] keeps the sum of value `e` of query `i`, for `nqp` query lanes and
+/// `dvp` values on a tier: by query, `acc[i * dvp + e]` (a query's values in SIMD lanes, for the
+/// few queries of a decode step); or, on AVX-512 with a multiple of 16 query lanes (a prompt's
+/// tile), by value, `acc[e * nqp + i]`: queries in lanes, so the weighted sum is a micro-GEMM like
+/// [`scores`], one broadcast value serving 16 queries and a cell's zero weights one mask per 16
+/// queries (by query, every query took a mask and a broadcast of its own per cell).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccLayout {
+    by_value: bool,
+    nqp: usize,
+    dvp: usize,
+}
+
+impl AccLayout {
+    pub fn new(isa: Isa, nqp: usize, dvp: usize) -> AccLayout {
+        AccLayout {
+            by_value: isa == Isa::Avx512 && nqp.is_multiple_of(LANES),
+            nqp,
+            dvp,
+        }
+    }
+
+    /// Whether the sums are by value, `acc[e * nqp + i]`.
+    pub fn by_value(&self) -> bool {
+        self.by_value
+    }
+
+    /// How many accumulators there are (padding queries included).
+    pub fn size(&self) -> usize {
+        self.nqp * self.dvp
+    }
+
+    /// The index of value `e` of query `i`.
+    #[inline]
+    pub fn at(&self, i: usize, e: usize) -> usize {
+        if self.by_value {
+            e * self.nqp + i
+        } else {
+            i * self.dvp + e
+        }
+    }
+}
+
+/// `acc[at(i, e)] += p[c * nqp + i] * v[c * dvp + e]` for the first `nq` queries (or all `nqp`),
+/// over the `nc` cells in ascending order (fused multiply-adds), skipping zero weights; `at` is
+/// [`AccLayout::new`]`(isa, nqp, dvp)`'s.
 #[allow(clippy::too_many_arguments)]
 pub fn weighted_values(
     isa: Isa,
@@ -155,10 +199,16 @@ pub fn weighted_values(
     nc: usize,
     acc: &mut [f32],
 ) {
+    let layout = AccLayout::new(isa, nqp, dvp);
     assert!(dvp.is_multiple_of(LANES) && nq <= nqp);
-    assert!(p.len() >= nc * nqp && v.len() >= nc * dvp && acc.len() >= nq * dvp);
+    assert!(p.len() >= nc * nqp && v.len() >= nc * dvp && acc.len() >= layout.size());
     match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if layout.by_value => unsafe {
+            x86::values_by_value_avx512(p.as_ptr(), nqp, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
+        },
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe {
             x86::values_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
@@ -178,6 +228,42 @@ pub fn weighted_values(
                     }
                 }
             }
+        }
+    }
+}
+
+/// `dst[c * rows + r] = src[r * cols + c]` (exact on every tier): a tile's queries into
+/// [`scores`]' layout, and [`AccLayout`]'s sums by value back to rows by query. AVX-512 moves 16 x
+/// 16 blocks through registers, the rest goes one value at a time.
+pub fn transpose(isa: Isa, src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    assert!(
+        src.len() >= rows * cols && dst.len() >= rows * cols,
+        "attn: transpose sizes"
+    );
+    let (r16, c16) = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => (rows / 16 * 16, cols / 16 * 16),
+        _ => (0, 0),
+    };
+    #[cfg(target_arch = "x86_64")]
+    for r0 in (0..r16).step_by(16) {
+        for c0 in (0..c16).step_by(16) {
+            // SAFETY: the AVX-512 tier is supported (a tier is only used where it is), and the
+            // block's rows and columns are inside both slices (sizes checked above).
+            unsafe {
+                x86::transpose16_avx512(
+                    src.as_ptr().add(r0 * cols + c0),
+                    cols,
+                    dst.as_mut_ptr().add(c0 * rows + r0),
+                    rows,
+                )
+            }
+        }
+    }
+    for r in 0..rows {
+        let from = if r < r16 { c16 } else { 0 };
+        for c in from..cols {
+            dst[c * rows + r] = src[r * cols + c];
         }
     }
 }
@@ -585,6 +671,70 @@ mod x86 {
         }
     }
 
+    /// Query vectors `j..j + 16 * Q` x values `e0..e0 + E` (by value, see `AccLayout`) over
+    /// cells `0..nc`, with the vectors' live masks `live[c * Q + q]`: per cell, `Q` weight
+    /// vectors and `E` broadcast values make `Q * E` masked multiply-adds.
+    #[inline(always)]
+    unsafe fn values_by_value_tile<const Q: usize, const E: usize>(
+        p: *const f32,
+        nqp: usize,
+        j: usize,
+        live: &[u16],
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+        e0: usize,
+    ) {
+        let mut a: [[__m512; Q]; E] = std::array::from_fn(|x| {
+            std::array::from_fn(|q| _mm512_loadu_ps(acc.add((e0 + x) * nqp + j + 16 * q)))
+        });
+        for (c, live) in live.chunks_exact(Q).take(nc).enumerate() {
+            let w: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(p.add(c * nqp + j + 16 * q)));
+            for (x, a) in a.iter_mut().enumerate() {
+                let vv = _mm512_set1_ps(*v.add(c * dvp + e0 + x));
+                for q in 0..Q {
+                    a[q] = _mm512_mask3_fmadd_ps(w[q], vv, a[q], live[q]);
+                }
+            }
+        }
+        for (x, a) in a.iter().enumerate() {
+            for (q, a) in a.iter().enumerate() {
+                _mm512_storeu_ps(acc.add((e0 + x) * nqp + j + 16 * q), *a);
+            }
+        }
+    }
+
+    /// Query vectors `j..j + 16 * Q` over all values, 64 cells at a time: first each cell's
+    /// live masks (weights not zero; NaN counts, as in the scalar code), then the values 4 at a
+    /// time.
+    #[inline(always)]
+    unsafe fn values_by_value_rows<const Q: usize>(
+        p: *const f32,
+        nqp: usize,
+        j: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        const CHUNK: usize = 64;
+        let mut live = [0u16; CHUNK * 4];
+        for c0 in (0..nc).step_by(CHUNK) {
+            let n = (nc - c0).min(CHUNK);
+            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
+            for c in 0..n {
+                for q in 0..Q {
+                    let w = _mm512_loadu_ps(p.add(c * nqp + j + 16 * q));
+                    live[c * Q + q] = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(w, _mm512_setzero_ps());
+                }
+            }
+            for e0 in (0..dvp).step_by(4) {
+                values_by_value_tile::<Q, 4>(p, nqp, j, &live[..n * Q], v, dvp, n, acc, e0);
+            }
+        }
+    }
+
     /// `QV` queries share each cell's value loads (as many as the tier's registers hold).
     #[inline(always)]
     unsafe fn values<V: Lanes, const QV: usize>(
@@ -656,6 +806,30 @@ mod x86 {
         values::<V512, 4>(p, nqp, nq, v, dvp, nc, acc)
     }
 
+    /// The weighted values by value (see `AccLayout`): up to 4 query vectors at a time, which
+    /// with 4 values take 16 accumulators.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn values_by_value_avx512(
+        p: *const f32,
+        nqp: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        let mut j = 0;
+        while j < nqp {
+            let q = ((nqp - j) / 16).min(4);
+            match q {
+                1 => values_by_value_rows::<1>(p, nqp, j, v, dvp, nc, acc),
+                2 => values_by_value_rows::<2>(p, nqp, j, v, dvp, nc, acc),
+                3 => values_by_value_rows::<3>(p, nqp, j, v, dvp, nc, acc),
+                _ => values_by_value_rows::<4>(p, nqp, j, v, dvp, nc, acc),
+            }
+            j += 16 * q;
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores_avx2(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
         scores::<V256, 2>(qt, nqp, k, dk, nc, s)
@@ -689,6 +863,57 @@ mod x86 {
         acc: *mut f32,
     ) {
         values::<V256, 2>(p, nqp, nq, v, dvp, nc, acc)
+    }
+
+    /// Transposes the 16 x 16 block of rows `src + r * src_stride` into rows
+    /// `dst + c * dst_stride`: pairs of rows interleaved, then 4-value groups, then 128-bit
+    /// lanes twice.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn transpose16_avx512(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+        let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * src_stride)));
+        // t[2p], t[2p + 1]: rows 2p and 2p + 1 interleaved, per 128-bit lane L values 4L, 4L + 1
+        // and 4L + 2, 4L + 3.
+        let t: [__m512; 16] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm512_unpacklo_ps(a, b)
+            } else {
+                _mm512_unpackhi_ps(a, b)
+            }
+        });
+        // u[4g + k], lane L: value 4L + k of rows 4g..4g + 4.
+        let u: [__m512; 16] = std::array::from_fn(|i| {
+            let (g, k) = (i / 4, i % 4);
+            let (a, b) = (t[4 * g + k / 2], t[4 * g + k / 2 + 2]);
+            if k % 2 == 0 {
+                _mm512_shuffle_ps::<0x44>(a, b)
+            } else {
+                _mm512_shuffle_ps::<0xEE>(a, b)
+            }
+        });
+        for k in 0..4 {
+            let (lo, hi) = (
+                _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]),
+                _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]),
+            );
+            let (lo1, hi1) = (
+                _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]),
+                _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]),
+            );
+            _mm512_storeu_ps(dst.add(k * dst_stride), _mm512_shuffle_f32x4::<0x88>(lo, hi));
+            _mm512_storeu_ps(
+                dst.add((8 + k) * dst_stride),
+                _mm512_shuffle_f32x4::<0xDD>(lo, hi),
+            );
+            _mm512_storeu_ps(
+                dst.add((4 + k) * dst_stride),
+                _mm512_shuffle_f32x4::<0x88>(lo1, hi1),
+            );
+            _mm512_storeu_ps(
+                dst.add((12 + k) * dst_stride),
+                _mm512_shuffle_f32x4::<0xDD>(lo1, hi1),
+            );
+        }
     }
 
     /// Converts the first multiple of 16 of `n` f16 values; returns how many it converted.

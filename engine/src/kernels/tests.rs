@@ -295,6 +295,35 @@ fn activation_side_sums_are_the_quant_sums() {
     }
 }
 
+/// Transposes match the definition on every tier, for sizes with and without whole 16 x 16 blocks.
+#[test]
+fn transposes_match_the_definition() {
+    let mut rng = Rng::new(37);
+    for (rows, cols) in [
+        (1, 1),
+        (3, 5),
+        (16, 16),
+        (16, 40),
+        (17, 33),
+        (48, 64),
+        (64, 80),
+        (80, 48),
+    ] {
+        let src: Vec<f32> = (0..rows * cols).map(|_| rng.f32() * 2.0 - 1.0).collect();
+        for isa in Isa::supported() {
+            let mut dst = vec![f32::NAN; rows * cols];
+            attn::transpose(isa, &src, rows, cols, &mut dst);
+            for (r, c) in (0..rows).flat_map(|r| (0..cols).map(move |c| (r, c))) {
+                assert_eq!(
+                    dst[c * rows + r].to_bits(),
+                    src[r * cols + c].to_bits(),
+                    "{isa} {rows} x {cols}: ({r}, {c})"
+                );
+            }
+        }
+    }
+}
+
 /// The attention kernels' lane-wise steps and the f16 row conversion, every tier against the
 /// scalar code, bit for bit: with 8 query lanes (which AVX-512 runs on 8-lane vectors), 16 and
 /// 48, cell counts around the 8- and 4-cell score tiles, rows of odd lengths; the weighted sums
@@ -361,10 +390,17 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             let start: Vec<f32> = (0..nq * dvp)
                 .map(|i| if i % 3 == 0 { -0.0 } else { rng.f32() })
                 .collect();
+            // Query i's values, whatever the tier's layout (padding queries start at zero).
             let run = |isa: Isa| {
-                let mut acc = start.clone();
+                let layout = attn::AccLayout::new(isa, nqp, dvp);
+                let mut acc = vec![0f32; layout.size()];
+                for (i, e) in (0..nq).flat_map(|i| (0..dvp).map(move |e| (i, e))) {
+                    acc[layout.at(i, e)] = start[i * dvp + e];
+                }
                 attn::weighted_values(isa, &p, nqp, nq, &v, dvp, nc, &mut acc);
-                acc
+                (0..nq * dvp)
+                    .map(|x| acc[layout.at(x / dvp, x % dvp)])
+                    .collect::<Vec<f32>>()
             };
             let want = run(Isa::Scalar);
             for isa in Isa::supported() {

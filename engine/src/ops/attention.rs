@@ -317,6 +317,7 @@ pub struct TileScratch {
     l: Vec<f32>,
     inv: Vec<f32>,
     acc: Vec<f32>,
+    by_query: Vec<f32>,
     masks: Vec<u64>,
     cursor: Vec<usize>,
 }
@@ -394,26 +395,26 @@ pub fn attend_tile_isa<'o>(
         }
     }
 
-    // Queries rounded through the cache's dot format, transposed: qt[d * nqp + i]; query i is
-    // (row i / n_heads, head heads.start + i % n_heads).
-    sc.qt.clear();
-    sc.qt.resize(dk * nqp, 0.0);
-    sc.qf.resize(dk, 0.0);
-    for i in 0..nq {
+    // Queries rounded through the cache's dot format, row by row in `qf` (padding queries zero),
+    // then transposed: qt[d * nqp + i]; query i is (row i / n_heads, head heads.start + i %
+    // n_heads).
+    sc.qf.clear();
+    sc.qf.resize(nqp * dk, 0.0);
+    for (i, qf) in sc.qf.chunks_exact_mut(dk).take(nq).enumerate() {
         let h = heads.start + i % n_heads;
         let qr = q[i / n_heads];
         assert_eq!(qr.len(), n_head * dk);
-        round_query(isa, kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, &mut sc.qf);
-        for (d, &x) in sc.qf.iter().enumerate() {
-            sc.qt[d * nqp + i] = x;
-        }
+        round_query(isa, kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, qf);
     }
+    sc.qt.resize(dk * nqp, 0.0);
+    k::transpose(isa, &sc.qf, nqp, dk, &mut sc.qt);
     sc.m.clear();
     sc.m.resize(nqp, f32::NEG_INFINITY);
     sc.l.clear();
     sc.l.resize(nqp, 0.0);
+    let layout = k::AccLayout::new(isa, nqp, dvp);
     sc.acc.clear();
-    sc.acc.resize(nq * dvp, 0.0);
+    sc.acc.resize(layout.size(), 0.0);
     sc.k.resize(BLOCK_CELLS * dk, 0.0);
     sc.v.resize(BLOCK_CELLS * dvp, 0.0);
 
@@ -534,7 +535,15 @@ pub fn attend_tile_isa<'o>(
             k::weighted_values(isa, s, nqp, nq, &sc.v, dvp, nc, &mut sc.acc);
         }
     }
-    for (i, acc) in sc.acc.chunks_exact(dvp).enumerate() {
+    // The sums by query (transposed if they are by value), each query's row out.
+    let by_query = if layout.by_value() {
+        sc.by_query.resize(nqp * dvp, 0.0);
+        k::transpose(isa, &sc.acc, dvp, nqp, &mut sc.by_query);
+        &sc.by_query
+    } else {
+        &sc.acc
+    };
+    for (i, acc) in by_query.chunks_exact(dvp).take(nq).enumerate() {
         out(i / n_heads, heads.start + i % n_heads).copy_from_slice(&acc[..dv]);
     }
 }
