@@ -673,9 +673,10 @@ mod x86 {
 
     /// Query vectors `j..j + 16 * Q` x values `e0..e0 + E` (by value, see `AccLayout`) over
     /// cells `0..nc`, with the vectors' live masks `live[c * Q + q]`: per cell, `Q` weight
-    /// vectors and `E` broadcast values make `Q * E` masked multiply-adds.
+    /// vectors and `E` broadcast values make `Q * E` multiply-adds, masked unless `ALL_LIVE`
+    /// (every mask full: the masks' loads into mask registers then stay out of the loop).
     #[inline(always)]
-    unsafe fn values_by_value_tile<const Q: usize, const E: usize>(
+    unsafe fn values_by_value_tile<const Q: usize, const E: usize, const ALL_LIVE: bool>(
         p: *const f32,
         nqp: usize,
         j: usize,
@@ -694,7 +695,11 @@ mod x86 {
             for (x, a) in a.iter_mut().enumerate() {
                 let vv = _mm512_set1_ps(*v.add(c * dvp + e0 + x));
                 for q in 0..Q {
-                    a[q] = _mm512_mask3_fmadd_ps(w[q], vv, a[q], live[q]);
+                    a[q] = if ALL_LIVE {
+                        _mm512_fmadd_ps(w[q], vv, a[q])
+                    } else {
+                        _mm512_mask3_fmadd_ps(w[q], vv, a[q], live[q])
+                    };
                 }
             }
         }
@@ -723,14 +728,21 @@ mod x86 {
         for c0 in (0..nc).step_by(CHUNK) {
             let n = (nc - c0).min(CHUNK);
             let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
+            let mut all = u16::MAX;
             for c in 0..n {
                 for q in 0..Q {
                     let w = _mm512_loadu_ps(p.add(c * nqp + j + 16 * q));
                     live[c * Q + q] = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(w, _mm512_setzero_ps());
+                    all &= live[c * Q + q];
                 }
             }
+            let live = &live[..n * Q];
             for e0 in (0..dvp).step_by(4) {
-                values_by_value_tile::<Q, 4>(p, nqp, j, &live[..n * Q], v, dvp, n, acc, e0);
+                if all == u16::MAX {
+                    values_by_value_tile::<Q, 4, true>(p, nqp, j, live, v, dvp, n, acc, e0);
+                } else {
+                    values_by_value_tile::<Q, 4, false>(p, nqp, j, live, v, dvp, n, acc, e0);
+                }
             }
         }
     }

@@ -376,10 +376,15 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             }
         }
         // Weighted values: zero weights are skipped (a masked cell, an underflow), for some
-        // queries of a cell or all; NaN weights are not.
-        for (dvp, nc) in [(16, 1), (64, 9), (80, 70), (256, 13)] {
+        // queries of a cell or all; NaN weights are not. Also blocks with no zero weight at all
+        // (`dense`), which the AVX-512 tier takes without masks.
+        for ((dvp, nc), dense) in [(16, 1), (64, 9), (80, 70), (256, 13)]
+            .into_iter()
+            .flat_map(|size| [(size, false), (size, true)])
+        {
             let p: Vec<f32> = (0..nc * nqp)
                 .map(|i| match (i / nqp % 5, rng.f32()) {
+                    (_, x) if dense => x.abs() + 0.5,
                     (0, _) => 0.0,
                     (_, x) if x < 0.3 => 0.0,
                     (_, x) if x < 0.31 => f32::NAN,
@@ -409,7 +414,7 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                         .iter()
                         .zip(&want)
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{isa} weighted values: nq {nq} dvp {dvp} cells {nc}"
+                    "{isa} weighted values: nq {nq} dvp {dvp} cells {nc} dense {dense}"
                 );
             }
         }
