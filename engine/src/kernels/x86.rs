@@ -2312,15 +2312,16 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    let mut accf: [[__m512; C]; R] = std::array::from_fn(|r| {
-        std::array::from_fn(|c| {
-            if tiles.start == 0 {
-                _mm512_setzero_ps()
-            } else {
-                _mm512_loadu_ps(out.add((t0 + c) * os + 16 * r))
+    // Plain loops, not nested `array::from_fn`: the compiler left those closures out of line,
+    // without this function's target features, so each intrinsic became a call.
+    let mut accf = [[_mm512_setzero_ps(); C]; R];
+    if tiles.start != 0 {
+        for (r, accf) in accf.iter_mut().enumerate() {
+            for (c, a) in accf.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(out.add((t0 + c) * os + 16 * r));
             }
-        })
-    });
+        }
+    }
     let first = tiles.start;
     for tile in tiles {
         let tp = src.add((tile - first) * T::UNPACKED);
