@@ -488,7 +488,10 @@ mod x86 {
     ) {
         let mut acc = [[V::zero(); CC]; Q];
         for d in 0..dk {
-            let q: [V; Q] = std::array::from_fn(|a| V::load(qt.add(d * nqp + j + V::W * a)));
+            let mut q = [V::zero(); Q];
+            for (a, q) in q.iter_mut().enumerate() {
+                *q = V::load(qt.add(d * nqp + j + V::W * a));
+            }
             for b in 0..CC {
                 let kv = V::splat(*k.add((c + b) * dk + d));
                 for a in 0..Q {
@@ -610,12 +613,19 @@ mod x86 {
         acc: *mut f32,
         e0: usize,
     ) {
-        let mut a: [[V; E]; Q] =
-            std::array::from_fn(|q| std::array::from_fn(|x| V::load(acc.add((i + q) * dvp + e0 + V::W * x))));
+        let mut a = [[V::zero(); E]; Q];
+        for (q, a) in a.iter_mut().enumerate() {
+            for (x, a) in a.iter_mut().enumerate() {
+                *a = V::load(acc.add((i + q) * dvp + e0 + V::W * x));
+            }
+        }
         for &cl in live {
             let c = (cl >> 16) as usize;
             let w = p.add(c * nqp + i);
-            let vv: [V; E] = std::array::from_fn(|x| V::load(v.add(c * dvp + e0 + V::W * x)));
+            let mut vv = [V::zero(); E];
+            for (x, vv) in vv.iter_mut().enumerate() {
+                *vv = V::load(v.add(c * dvp + e0 + V::W * x));
+            }
             for q in 0..Q {
                 let wv = V::splat(*w.add(q));
                 let on = cl >> q & 1 != 0;
@@ -687,11 +697,17 @@ mod x86 {
         acc: *mut f32,
         e0: usize,
     ) {
-        let mut a: [[__m512; Q]; E] = std::array::from_fn(|x| {
-            std::array::from_fn(|q| _mm512_loadu_ps(acc.add((e0 + x) * nqp + j + 16 * q)))
-        });
+        let mut a = [[_mm512_setzero_ps(); Q]; E];
+        for (x, a) in a.iter_mut().enumerate() {
+            for (q, a) in a.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(acc.add((e0 + x) * nqp + j + 16 * q));
+            }
+        }
         for (c, live) in live.chunks_exact(Q).take(nc).enumerate() {
-            let w: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(p.add(c * nqp + j + 16 * q)));
+            let mut w = [_mm512_setzero_ps(); Q];
+            for (q, w) in w.iter_mut().enumerate() {
+                *w = _mm512_loadu_ps(p.add(c * nqp + j + 16 * q));
+            }
             for (x, a) in a.iter_mut().enumerate() {
                 let vv = _mm512_set1_ps(*v.add(c * dvp + e0 + x));
                 for q in 0..Q {
@@ -882,27 +898,28 @@ mod x86 {
     /// lanes twice.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn transpose16_avx512(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
-        let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * src_stride)));
+        // Plain loops, not `array::from_fn`: a closure's body does not get this function's
+        // target features, so one the compiler left out of line would call every intrinsic.
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (i, r) in r.iter_mut().enumerate() {
+            *r = _mm512_loadu_ps(src.add(i * src_stride));
+        }
         // t[2p], t[2p + 1]: rows 2p and 2p + 1 interleaved, per 128-bit lane L values 4L, 4L + 1
         // and 4L + 2, 4L + 3.
-        let t: [__m512; 16] = std::array::from_fn(|i| {
-            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
-            if i % 2 == 0 {
-                _mm512_unpacklo_ps(a, b)
-            } else {
-                _mm512_unpackhi_ps(a, b)
-            }
-        });
+        let mut t = [_mm512_setzero_ps(); 16];
+        for p in 0..8 {
+            t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+            t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+        }
         // u[4g + k], lane L: value 4L + k of rows 4g..4g + 4.
-        let u: [__m512; 16] = std::array::from_fn(|i| {
-            let (g, k) = (i / 4, i % 4);
-            let (a, b) = (t[4 * g + k / 2], t[4 * g + k / 2 + 2]);
-            if k % 2 == 0 {
-                _mm512_shuffle_ps::<0x44>(a, b)
-            } else {
-                _mm512_shuffle_ps::<0xEE>(a, b)
+        let mut u = [_mm512_setzero_ps(); 16];
+        for g in 0..4 {
+            for h in 0..2 {
+                let (a, b) = (t[4 * g + h], t[4 * g + h + 2]);
+                u[4 * g + 2 * h] = _mm512_shuffle_ps::<0x44>(a, b);
+                u[4 * g + 2 * h + 1] = _mm512_shuffle_ps::<0xEE>(a, b);
             }
-        });
+        }
         for k in 0..4 {
             let (lo, hi) = (
                 _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]),
