@@ -234,34 +234,42 @@ pub fn weighted_values(
 
 /// `dst[c * rows + r] = src[r * cols + c]` (exact on every tier): a tile's queries into
 /// [`scores`]' layout, and [`AccLayout`]'s sums by value back to rows by query. AVX-512 moves 16 x
-/// 16 blocks through registers, the rest goes one value at a time.
+/// 16 blocks through registers, AVX2 8 x 8 ones; the rest goes one value at a time.
 pub fn transpose(isa: Isa, src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     assert!(
         src.len() >= rows * cols && dst.len() >= rows * cols,
         "attn: transpose sizes"
     );
-    let (r16, c16) = match isa {
+    let block = match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => (rows / 16 * 16, cols / 16 * 16),
-        _ => (0, 0),
+        Isa::Avx512 => 16,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => 8,
+        _ => 0,
+    };
+    let (rb, cb) = match block {
+        0 => (0, 0),
+        b => (rows / b * b, cols / b * b),
     };
     #[cfg(target_arch = "x86_64")]
-    for r0 in (0..r16).step_by(16) {
-        for c0 in (0..c16).step_by(16) {
-            // SAFETY: the AVX-512 tier is supported (a tier is only used where it is), and the
-            // block's rows and columns are inside both slices (sizes checked above).
-            unsafe {
-                x86::transpose16_avx512(
-                    src.as_ptr().add(r0 * cols + c0),
-                    cols,
-                    dst.as_mut_ptr().add(c0 * rows + r0),
-                    rows,
-                )
+    if block > 0 {
+        for r0 in (0..rb).step_by(block) {
+            for c0 in (0..cb).step_by(block) {
+                let (src, dst) = (src[r0 * cols + c0..].as_ptr(), dst[c0 * rows + r0..].as_mut_ptr());
+                // SAFETY: the tier is supported (a tier is only used where it is), and the block's
+                // rows and columns are inside both slices (sizes checked above).
+                unsafe {
+                    if block == 16 {
+                        x86::transpose16_avx512(src, cols, dst, rows)
+                    } else {
+                        x86::transpose8_avx2(src, cols, dst, rows)
+                    }
+                }
             }
         }
     }
     for r in 0..rows {
-        let from = if r < r16 { c16 } else { 0 };
+        let from = if r < rb { cb } else { 0 };
         for c in from..cols {
             dst[c * rows + r] = src[r * cols + c];
         }
@@ -941,6 +949,43 @@ mod x86 {
             _mm512_storeu_ps(
                 dst.add((12 + k) * dst_stride),
                 _mm512_shuffle_f32x4::<0xDD>(lo1, hi1),
+            );
+        }
+    }
+
+    /// Transposes the 8 x 8 block of rows `src + r * src_stride` into rows
+    /// `dst + c * dst_stride`: pairs of rows interleaved, then 4-value groups, then the 128-bit
+    /// halves.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn transpose8_avx2(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (i, r) in r.iter_mut().enumerate() {
+            *r = _mm256_loadu_ps(src.add(i * src_stride));
+        }
+        // t[2p], t[2p + 1]: rows 2p and 2p + 1 interleaved, per half H values 4H, 4H + 1 and
+        // 4H + 2, 4H + 3.
+        let mut t = [_mm256_setzero_ps(); 8];
+        for p in 0..4 {
+            t[2 * p] = _mm256_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+            t[2 * p + 1] = _mm256_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+        }
+        // u[4g + k], half H: value 4H + k of rows 4g..4g + 4.
+        let mut u = [_mm256_setzero_ps(); 8];
+        for g in 0..2 {
+            for h in 0..2 {
+                let (a, b) = (t[4 * g + h], t[4 * g + h + 2]);
+                u[4 * g + 2 * h] = _mm256_shuffle_ps::<0x44>(a, b);
+                u[4 * g + 2 * h + 1] = _mm256_shuffle_ps::<0xEE>(a, b);
+            }
+        }
+        for k in 0..4 {
+            _mm256_storeu_ps(
+                dst.add(k * dst_stride),
+                _mm256_permute2f128_ps::<0x20>(u[k], u[4 + k]),
+            );
+            _mm256_storeu_ps(
+                dst.add((4 + k) * dst_stride),
+                _mm256_permute2f128_ps::<0x31>(u[k], u[4 + k]),
             );
         }
     }
