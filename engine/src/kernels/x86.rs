@@ -2329,13 +2329,12 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
-            let init: [__m512i; C] = std::array::from_fn(|c| {
-                if T::OFF {
-                    _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js))
-                } else {
-                    _mm512_setzero_si512()
+            let mut init = [_mm512_setzero_si512(); C];
+            if T::OFF {
+                for (c, init) in init.iter_mut().enumerate() {
+                    *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
                 }
-            });
+            }
             let mut acci = [init; R];
             for k in 0..T::STEPS {
                 let w: [__m512i; R] =

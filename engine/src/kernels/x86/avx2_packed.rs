@@ -592,13 +592,16 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                 // The `maddubs` pair sums in i16, or (`V`) the odd steps' i32 chain.
                 let mut s16 = [[[_mm256_setzero_si256(); C]; 2]; G];
                 for p in p0..p0 + T::I16_PAIRS {
-                    let a: [(__m256i, __m256i); C] = std::array::from_fn(|c| {
-                        let q = arow[c].add(qo + 8 * p);
-                        (
+                    // A plain loop, not `array::from_fn`: a closure's body would not get this
+                    // function's target features.
+                    let mut a = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
+                    for (a, row) in a.iter_mut().zip(arow) {
+                        let q = row.add(qo + 8 * p);
+                        *a = (
                             _mm256_set1_epi32((q as *const i32).read_unaligned()),
                             _mm256_set1_epi32((q.add(4) as *const i32).read_unaligned()),
-                        )
-                    });
+                        );
+                    }
                     for i in 0..G {
                         for h in 0..2 {
                             let (w0, w1) = T::pair(tp[i], h, j, p);
