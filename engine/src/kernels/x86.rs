@@ -45,6 +45,23 @@ unsafe fn ld128(p: *const u8) -> __m128i {
     _mm_loadu_si128(p as *const __m128i)
 }
 
+/// `N` loads of `BYTES` (16, or 8 for one half's rows) from `p`, 16 bytes apart: a packed
+/// tile's scale bytes, one row per byte lane. A plain loop, not `array::from_fn`, whose closure
+/// would not get the calling kernel's target features if the compiler left it out of line.
+#[inline(always)]
+unsafe fn ld_rows<const N: usize, const BYTES: usize>(p: *const u8) -> [__m128i; N] {
+    let mut v = [_mm_setzero_si128(); N];
+    for (i, v) in v.iter_mut().enumerate() {
+        let q = p.add(16 * i) as *const __m128i;
+        *v = if BYTES == 8 {
+            _mm_loadl_epi64(q)
+        } else {
+            _mm_loadu_si128(q)
+        };
+    }
+    v
+}
+
 #[inline(always)]
 unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -1883,7 +1900,11 @@ impl SbType for PkQ6K {
 #[inline(always)]
 unsafe fn k4_scale_bytes(q: [__m128i; 12]) -> ([__m128i; 8], [__m128i; 8]) {
     let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
-    let top2 = |x: __m128i| _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4);
+    // A nested fn, not a closure: it must get the kernel's target features inlined.
+    #[inline(always)]
+    unsafe fn top2(x: __m128i, m3: __m128i) -> __m128i {
+        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(x, 6), m3), 4)
+    }
     let mut sc = [_mm_setzero_si128(); 8];
     let mut m = [_mm_setzero_si128(); 8];
     for j in 0..4 {
@@ -1891,8 +1912,8 @@ unsafe fn k4_scale_bytes(q: [__m128i; 12]) -> ([__m128i; 8], [__m128i; 8]) {
         m[j] = _mm_and_si128(q[j + 4], m63);
     }
     for j in 4..8 {
-        sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4]));
-        m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j]));
+        sc[j] = _mm_or_si128(_mm_and_si128(q[j + 4], m15), top2(q[j - 4], m3));
+        m[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m15), top2(q[j], m3));
     }
     (sc, m)
 }
@@ -1925,7 +1946,6 @@ unsafe fn iq4xs_scale_bytes(q: [__m128i; 6]) -> [__m128i; 8] {
 #[inline(always)]
 unsafe fn q3k_scale_bytes(q: [__m128i; 12]) -> [__m128i; 16] {
     let (m15, m3, m32) = (_mm_set1_epi8(15), _mm_set1_epi8(3), _mm_set1_epi8(32));
-    let hi = |x: __m128i| _mm_srli_epi16::<4>(x);
     let mut sc = [_mm_setzero_si128(); 16];
     for j in 0..4 {
         let top = [
@@ -1934,7 +1954,12 @@ unsafe fn q3k_scale_bytes(q: [__m128i; 12]) -> [__m128i; 16] {
             _mm_srli_epi16::<4>(q[8 + j]),
             _mm_srli_epi16::<6>(q[8 + j]),
         ];
-        let low = [q[j], q[j + 4], hi(q[j]), hi(q[j + 4])];
+        let low = [
+            q[j],
+            q[j + 4],
+            _mm_srli_epi16::<4>(q[j]),
+            _mm_srli_epi16::<4>(q[j + 4]),
+        ];
         for (g, (low, top)) in low.iter().zip(top).enumerate() {
             let v = _mm_or_si128(
                 _mm_and_si128(*low, m15),
@@ -1965,7 +1990,7 @@ impl SbType for PkQ4K {
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
-        let (sc, m) = k4_scale_bytes(std::array::from_fn(|i| ld128(t.add(64 + 16 * i))));
+        let (sc, m) = k4_scale_bytes(ld_rows::<12, 16>(t.add(64)));
         Q4KSt {
             d: d16(t),
             dmin: d16(t.add(32)),
@@ -2040,7 +2065,7 @@ impl SbType for PkIq4Xs {
     type St = SignedScales<8>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<8> {
-        let sc = iq4xs_scale_bytes(std::array::from_fn(|i| ld128(t.add(32 + 16 * i))));
+        let sc = iq4xs_scale_bytes(ld_rows::<6, 16>(t.add(32)));
         SignedScales { d: d16(t), sc }
     }
     #[inline(always)]
@@ -2065,7 +2090,7 @@ impl SbType for PkQ3K {
     type St = SignedScales<16>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<16> {
-        let sc = q3k_scale_bytes(std::array::from_fn(|i| ld128(t.add(32 + 16 * i))));
+        let sc = q3k_scale_bytes(ld_rows::<12, 16>(t.add(32)));
         SignedScales { d: d16(t), sc }
     }
     #[inline(always)]
@@ -2337,8 +2362,10 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
             }
             let mut acci = [init; R];
             for k in 0..T::STEPS {
-                let w: [__m512i; R] =
-                    std::array::from_fn(|r| ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k))));
+                let mut w = [_mm512_setzero_si512(); R];
+                for (r, w) in w.iter_mut().enumerate() {
+                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k)));
+                }
                 for c in 0..C {
                     let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
                     for r in 0..R {

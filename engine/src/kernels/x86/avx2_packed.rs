@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::{
-    bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, next_stream,
+    bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, ld_rows, next_stream,
     prefetch_ahead, q3k_scale_bytes, Groups, PkArgs, UNPACK_MIN_TOKENS,
 };
 use crate::quant::GgmlType;
@@ -306,7 +306,7 @@ impl Pk2 for Q4K {
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> Q4KSt {
-        let (sc, m) = k4_scale_bytes(std::array::from_fn(|i| ld64(t.add(64 + 16 * i + 8 * h))));
+        let (sc, m) = k4_scale_bytes(ld_rows::<12, 8>(t.add(64 + 8 * h)));
         Q4KSt {
             d: f16x8(t.add(16 * h)),
             dmin: f16x8(t.add(32 + 16 * h)),
@@ -400,7 +400,7 @@ impl Pk2 for Q3K {
     type St = SignedScales<16>;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> SignedScales<16> {
-        let sc = q3k_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
+        let sc = q3k_scale_bytes(ld_rows::<12, 8>(t.add(32 + 8 * h)));
         SignedScales {
             d: f16x8(t.add(16 * h)),
             sc,
@@ -477,7 +477,7 @@ impl Pk2 for Iq4Xs {
     type St = SignedScales<8>;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> SignedScales<8> {
-        let sc = iq4xs_scale_bytes(std::array::from_fn(|i| ld64(t.add(32 + 16 * i + 8 * h))));
+        let sc = iq4xs_scale_bytes(ld_rows::<6, 8>(t.add(32 + 8 * h)));
         SignedScales {
             d: f16x8(t.add(16 * h)),
             sc,
