@@ -22,6 +22,9 @@ use super::{
 };
 use crate::quant::GgmlType;
 
+/// Offset of the bsums (16 i16 sums of 16 quants) from the first quant of a Q8_K block.
+const Q8K_BSUMS: usize = 256;
+
 /// A packed type as the AVX2 kernel sees it: tile `t`, half `h` (rows `8h..8h+8`).
 trait Pk2 {
     /// Packed tile bytes.
@@ -43,6 +46,10 @@ trait Pk2 {
     const ROW_D: bool;
     /// Whether tiles stream from memory (decode prefetches ahead), not from a thread's buffer.
     const STREAMED: bool = true;
+    /// Whether the sub-block scales are small integers that go into the integer sums
+    /// ([`Pk2::scale16`], [`Pk2::offset16`]; see [`tile_rows`]), with `ROW_D` the only float
+    /// scale. [`Pk2::scale`] is then never called.
+    const INT_SCALE: bool = false;
     type St: Copy;
     unsafe fn state(t: *const u8, h: usize) -> Self::St;
     /// The 8 rows' f32 scales of sub-block `j`.
@@ -51,6 +58,18 @@ trait Pk2 {
     #[inline(always)]
     unsafe fn min(_st: &Self::St, _t: *const u8, _h: usize, _j: usize) -> __m256 {
         _mm256_setzero_ps()
+    }
+    /// With `INT_SCALE`: the 8 rows' scale of sub-block `j` as i16 pairs `(s, s)`, for a
+    /// `madd` against a row's two i16 pair sums.
+    #[inline(always)]
+    unsafe fn scale16(_st: &Self::St, _t: *const u8, _h: usize, _j: usize) -> __m256i {
+        unreachable!("only with INT_SCALE")
+    }
+    /// With `INT_SCALE` and `OFF`: the 8 rows' `(-off · s[2k], -off · s[2k + 1])` as i16 pairs,
+    /// for a `madd` against the activations' sums of sub-blocks `2k` and `2k + 1` (Q8_K's bsums).
+    #[inline(always)]
+    unsafe fn offset16(_st: &Self::St, _t: *const u8, _h: usize, _k: usize) -> __m256i {
+        unreachable!("only with INT_SCALE")
     }
     /// The 8 rows' super-block scale (with `ROW_D`).
     #[inline(always)]
@@ -91,6 +110,34 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
 #[inline(always)]
 unsafe fn ld64(p: *const u8) -> __m128i {
     _mm_loadl_epi64(p as *const __m128i)
+}
+
+/// The 8 signed byte scales in the low half of `s` as i16 pairs `(s, s)`, one per row.
+#[inline(always)]
+unsafe fn scale_pairs(s: __m128i) -> __m256i {
+    let dup = _mm256_setr_epi8(
+        0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12,
+        13,
+    );
+    _mm256_shuffle_epi8(_mm256_cvtepi8_epi32(s), dup)
+}
+
+/// The 8 rows' signed byte scales of two sub-blocks (`s`, `u`: low halves) as i16 pairs
+/// `(-off · s, -off · u)`, one per row.
+#[inline(always)]
+unsafe fn offset_pairs(s: __m128i, u: __m128i, off: i16) -> __m256i {
+    let su = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, u));
+    _mm256_mullo_epi16(su, _mm256_set1_epi16(-off))
+}
+
+/// `acc + madd(a, b)`: one `vpdpwssd` with AVX-VNNI (`V`).
+#[inline(always)]
+unsafe fn dpwssd<const V: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    if V {
+        _mm256_dpwssd_avx_epi32(acc, a, b)
+    } else {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    }
 }
 
 /// Bit `b` of each byte of `x` moved to bit `to` (16-bit shifts; the mask keeps what stayed in
@@ -396,7 +443,8 @@ impl Pk2 for Q3K {
     const I16_PAIRS: usize = 2;
     const OFF: bool = true;
     const MIN: bool = false;
-    const ROW_D: bool = false;
+    const ROW_D: bool = true;
+    const INT_SCALE: bool = true;
     type St = SignedScales<16>;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> SignedScales<16> {
@@ -407,8 +455,20 @@ impl Pk2 for Q3K {
         }
     }
     #[inline(always)]
-    unsafe fn scale(st: &SignedScales<16>, _: *const u8, _: usize, j: usize) -> __m256 {
-        st.scale(j)
+    unsafe fn scale(_: &SignedScales<16>, _: *const u8, _: usize, _: usize) -> __m256 {
+        unreachable!("Q3_K's scales are integers")
+    }
+    #[inline(always)]
+    unsafe fn scale16(st: &SignedScales<16>, _: *const u8, _: usize, j: usize) -> __m256i {
+        scale_pairs(st.sc[j])
+    }
+    #[inline(always)]
+    unsafe fn offset16(st: &SignedScales<16>, _: *const u8, _: usize, k: usize) -> __m256i {
+        offset_pairs(st.sc[2 * k], st.sc[2 * k + 1], 4)
+    }
+    #[inline(always)]
+    unsafe fn row_d(st: &SignedScales<16>, _: *const u8, _: usize) -> __m256 {
+        st.d
     }
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
@@ -503,16 +563,29 @@ impl Pk2 for Q6K {
     const I16_PAIRS: usize = 1;
     const OFF: bool = true;
     const MIN: bool = false;
-    const ROW_D: bool = false;
+    const ROW_D: bool = true;
+    const INT_SCALE: bool = true;
     type St = __m256;
     #[inline(always)]
     unsafe fn state(t: *const u8, h: usize) -> __m256 {
         f16x8(t.add(16 * h))
     }
     #[inline(always)]
-    unsafe fn scale(d: &__m256, t: *const u8, h: usize, j: usize) -> __m256 {
-        let sc = _mm256_cvtepi8_epi32(ld64(t.add(32 + 16 * j + 8 * h)));
-        _mm256_mul_ps(*d, _mm256_cvtepi32_ps(sc))
+    unsafe fn scale(_: &__m256, _: *const u8, _: usize, _: usize) -> __m256 {
+        unreachable!("Q6_K's scales are integers")
+    }
+    #[inline(always)]
+    unsafe fn scale16(_: &__m256, t: *const u8, h: usize, j: usize) -> __m256i {
+        scale_pairs(ld64(t.add(32 + 16 * j + 8 * h)))
+    }
+    #[inline(always)]
+    unsafe fn offset16(_: &__m256, t: *const u8, h: usize, k: usize) -> __m256i {
+        let at = t.add(32 + 32 * k + 8 * h);
+        offset_pairs(ld64(at), ld64(at.add(16)), 32)
+    }
+    #[inline(always)]
+    unsafe fn row_d(d: &__m256, _: *const u8, _: usize) -> __m256 {
+        *d
     }
     #[inline(always)]
     unsafe fn pair(t: *const u8, h: usize, j: usize, p: usize) -> (__m256i, __m256i) {
@@ -538,6 +611,14 @@ impl Pk2 for Q6K {
 /// streams; each unpacked step feeds the `C` tokens. Decode (`C = 1`) prefetches the stream ahead.
 /// With `V` (AVX-VNNI) each step is one `vpdpbusd` (see [`vnni_pair`]) in place of the `maddubs`
 /// pair sums and their widening: the same integers, so both give the same bits.
+///
+/// Q6_K's and Q3_K's (`INT_SCALE`) 16 sub-blocks of 16 have small signed integer scales. A
+/// float step per sub-block (convert, scale, multiply-add: 6 operations per row half and token,
+/// against 4 for its 16 multiply-adds) made these the slowest types; instead each i16 pair sum
+/// is widened by a `madd` with the rows' scale in both halves (the `madd` it needs anyway), the
+/// offset terms (values are stored plus 32 or 4) come as one `madd` of `-off · scale` pairs with
+/// two sub-blocks' Q8_K bsums, and the tile ends with one float step, as llama.cpp's AVX2 dot
+/// products do. Nothing overflows: `|Σ| ≤ 256 · 63 · 127 · 128 < 2^31` for Q6_K.
 #[inline(always)]
 unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
     g: &PkArgs,
@@ -566,6 +647,8 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
             }
         }
         let mut accs = [[[_mm256_setzero_ps(); C]; 2]; G];
+        // With `INT_SCALE`: the tile's scaled integer sums.
+        let mut acct = [[[_mm256_setzero_si256(); C]; 2]; G];
         for j in 0..T::SUBS {
             if T::STREAMED && C == 1 {
                 // The tile's lines spread over its sub-blocks (see `prefetch_part`).
@@ -580,7 +663,27 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
             let mut acci = [[[_mm256_setzero_si256(); C]; 2]; G];
-            if T::OFF {
+            let mut sc16 = [[_mm256_setzero_si256(); 2]; G];
+            if T::INT_SCALE {
+                for i in 0..G {
+                    for h in 0..2 {
+                        sc16[i][h] = T::scale16(&st[i][h], tp[i], h, j);
+                    }
+                }
+                if T::OFF && j % 2 == 1 {
+                    // Sub-blocks j - 1 and j's offset terms against their bsums (an i16 pair).
+                    let bs = *qoff.add(tile * T::SUBS) as usize + Q8K_BSUMS + 2 * (j - 1);
+                    for c in 0..C {
+                        let b = _mm256_set1_epi32((arow[c].add(bs) as *const i32).read_unaligned());
+                        for i in 0..G {
+                            for h in 0..2 {
+                                let o = T::offset16(&st[i][h], tp[i], h, j / 2);
+                                acct[i][h][c] = dpwssd::<V>(acct[i][h][c], o, b);
+                            }
+                        }
+                    }
+                }
+            } else if T::OFF {
                 for c in 0..C {
                     let init = _mm256_set1_epi32(*so.add((t0 + c) * n_sub + js));
                     for acc in acci.iter_mut().flatten() {
@@ -625,7 +728,7 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                                 continue;
                             }
                             for c in 0..C {
-                                if V {
+                                if V && !T::INT_SCALE {
                                     vnni_pair(&mut acci[i][h][c], &mut s16[i][h][c], (w0, w1), a[c], C);
                                     continue;
                                 }
@@ -637,6 +740,16 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                             }
                         }
                     }
+                }
+                if T::INT_SCALE {
+                    for i in 0..G {
+                        for h in 0..2 {
+                            for c in 0..C {
+                                acct[i][h][c] = dpwssd::<V>(acct[i][h][c], s16[i][h][c], sc16[i][h]);
+                            }
+                        }
+                    }
+                    continue;
                 }
                 if (T::SIGNED && !V) || (V && C > 1) {
                     continue;
@@ -653,6 +766,10 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                         }
                     }
                 }
+            }
+            if T::INT_SCALE {
+                // No float step per sub-block: the scales are in `acct`.
+                continue;
             }
             for i in 0..G {
                 for h in 0..2 {
@@ -680,7 +797,12 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                     } else {
                         d
                     };
-                    accf[i][h][c] = _mm256_fmadd_ps(accs[i][h][c], d, accf[i][h][c]);
+                    let acc = if T::INT_SCALE {
+                        _mm256_cvtepi32_ps(acct[i][h][c])
+                    } else {
+                        accs[i][h][c]
+                    };
+                    accf[i][h][c] = _mm256_fmadd_ps(acc, d, accf[i][h][c]);
                 }
             }
         }
@@ -715,13 +837,16 @@ unsafe fn vnni_pair(
 }
 
 /// `T`'s tiles unpacked into a thread's buffer for a batch: per tile the rows' f32 scales of each
-/// sub-block (16 per 64 bytes, half `h` at `32h`), then (with `MIN`) the f32 minimums, then (with
-/// `ROW_D`) the f32 super-block scales, then the values as plain 64-byte steps. The kernel reads
+/// sub-block (16 per 64 bytes, half `h` at `32h`; with `INT_SCALE` the i16 pairs of
+/// [`Pk2::scale16`]), then (with `MIN`) the f32 minimums, then (with `INT_SCALE` and `OFF`) the
+/// [`Pk2::offset16`] pairs of each two sub-blocks, then (with `ROW_D`) the f32 super-block
+/// scales, then the values as plain 64-byte steps. The kernel reads
 /// it as it reads `T`, with the very floats `T` computes, so a batch's bits are decode's.
 struct Unpacked<T>(std::marker::PhantomData<T>);
 
 impl<T: Pk2> Unpacked<T> {
-    const ROW_D_AT: usize = T::SUBS * 64 * (1 + T::MIN as usize);
+    const OFFSET_AT: usize = T::SUBS * 64 * (1 + T::MIN as usize);
+    const ROW_D_AT: usize = Self::OFFSET_AT + T::SUBS / 2 * 64 * (T::INT_SCALE && T::OFF) as usize;
     const VALS: usize = Self::ROW_D_AT + 64 * T::ROW_D as usize;
     /// Offset of step `2p` of sub-block `j`.
     const fn step(j: usize, p: usize) -> usize {
@@ -739,12 +864,21 @@ impl<T: Pk2> Pk2 for Unpacked<T> {
     const MIN: bool = T::MIN;
     const ROW_D: bool = T::ROW_D;
     const STREAMED: bool = false;
+    const INT_SCALE: bool = T::INT_SCALE;
     type St = ();
     #[inline(always)]
     unsafe fn state(_: *const u8, _: usize) {}
     #[inline(always)]
     unsafe fn scale(_: &(), t: *const u8, h: usize, j: usize) -> __m256 {
         _mm256_loadu_ps(t.add(64 * j + 32 * h) as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn scale16(_: &(), t: *const u8, h: usize, j: usize) -> __m256i {
+        ld256(t.add(64 * j + 32 * h))
+    }
+    #[inline(always)]
+    unsafe fn offset16(_: &(), t: *const u8, h: usize, k: usize) -> __m256i {
+        ld256(t.add(Self::OFFSET_AT + 64 * k + 32 * h))
     }
     #[inline(always)]
     unsafe fn min(_: &(), t: *const u8, h: usize, j: usize) -> __m256 {
@@ -774,7 +908,16 @@ unsafe fn unpack<T: Pk2>(group: *const u8, n_tiles: usize, buf: *mut u8) {
                 _mm256_storeu_ps(at, T::row_d(&st, tp, h));
             }
             for j in 0..T::SUBS {
-                _mm256_storeu_ps(bp.add(64 * j + 32 * h) as *mut f32, T::scale(&st, tp, h, j));
+                let at = bp.add(64 * j + 32 * h);
+                if T::INT_SCALE {
+                    _mm256_storeu_si256(at as *mut __m256i, T::scale16(&st, tp, h, j));
+                    if T::OFF && j % 2 == 0 {
+                        let at = bp.add(Unpacked::<T>::OFFSET_AT + 32 * j + 32 * h);
+                        _mm256_storeu_si256(at as *mut __m256i, T::offset16(&st, tp, h, j / 2));
+                    }
+                } else {
+                    _mm256_storeu_ps(at as *mut f32, T::scale(&st, tp, h, j));
+                }
                 if T::MIN {
                     let at = bp.add(64 * (T::SUBS + j) + 32 * h) as *mut f32;
                     _mm256_storeu_ps(at, T::min(&st, tp, h, j));
