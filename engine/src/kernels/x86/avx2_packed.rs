@@ -618,7 +618,8 @@ impl Pk2 for Q6K {
 /// is widened by a `madd` with the rows' scale in both halves (the `madd` it needs anyway), the
 /// offset terms (values are stored plus 32 or 4) come as one `madd` of `-off · scale` pairs with
 /// two sub-blocks' Q8_K bsums, and the tile ends with one float step, as llama.cpp's AVX2 dot
-/// products do. Nothing overflows: `|Σ| ≤ 256 · 63 · 127 · 128 < 2^31` for Q6_K.
+/// products do (with `V` too: there `vpdpwssd` is that `madd` and its add). Nothing overflows:
+/// `|Σ| ≤ 256 · 63 · 127 · 128 < 2^31` for Q6_K.
 #[inline(always)]
 unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
     g: &PkArgs,
