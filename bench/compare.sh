@@ -36,6 +36,13 @@ ROUNDS=${ROUNDS:-3}
 BENCH_DIR=${BENCH_DIR:-$root/target/bench}
 mkdir -p "$BENCH_DIR"
 llama_cmake="-DGGML_NATIVE=ON"
+# On a CPU with AMX the native build compiles ggml's AMX backend, and llama-cpp-python 0.3.36's
+# llama_decode crashes (SIGSEGV) there on the first batch of the 1.1B files (Xeon VM, 2026-12-04):
+# build it without AMX, keeping everything else the native build has (AVX-512, VNNI, REPACK).
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    llama_cmake+=" '-DCMAKE_C_FLAGS=$no_amx' '-DCMAKE_CXX_FLAGS=$no_amx'"
+fi
 if [ -n "${AVX2:-}" ]; then
     export OLLAMARS_ISA=avx2
     llama_cmake="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF"
@@ -53,7 +60,9 @@ else
     trap 'rm -rf "$(dirname "$venv")"' EXIT
     echo "== installing llama-cpp-python into $venv (builds llama.cpp; takes a while)" >&2
     python3 -m venv "$venv"
-    CMAKE_ARGS="$llama_cmake" "$venv/bin/pip" install -q llama-cpp-python
+    # No wheel cache: pip would reuse a llama.cpp built earlier with other flags (AVX2=1 after a
+    # native run gave the native build).
+    CMAKE_ARGS="$llama_cmake" "$venv/bin/pip" install -q --no-cache-dir llama-cpp-python
     py=$venv/bin/python
 fi
 "$py" -c 'import llama_cpp' || { echo "no llama_cpp in $py" >&2; exit 1; }
