@@ -66,7 +66,7 @@ pub const TYPES: [GgmlType; 12] = [
 
 /// What the packed kernels add to a stored value to make it unsigned (for `vpdpbusd`): each
 /// integer sum then starts at `-offset · Σa` (see `gemm::ActSide::osum`).
-pub fn value_offset(ty: GgmlType) -> i32 {
+pub const fn value_offset(ty: GgmlType) -> i32 {
     use GgmlType::*;
     match ty {
         Q8_0 => 128,

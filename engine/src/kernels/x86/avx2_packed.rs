@@ -20,6 +20,7 @@ use super::{
     bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, ld_rows, next_stream,
     prefetch_ahead, q3k_scale_bytes, Groups, PkArgs, UNPACK_MIN_TOKENS,
 };
+use crate::kernels::packed::value_offset;
 use crate::quant::GgmlType;
 
 /// Offset of the bsums (16 i16 sums of 16 quants) from the first quant of a Q8_K block.
@@ -123,11 +124,11 @@ unsafe fn scale_pairs(s: __m128i) -> __m256i {
 }
 
 /// The 8 rows' signed byte scales of two sub-blocks (`s`, `u`: low halves) as i16 pairs
-/// `(-off · s, -off · u)`, one per row.
+/// `(-off · s, -off · u)`, one per row, `off` being what `ty`'s packed values are stored plus.
 #[inline(always)]
-unsafe fn offset_pairs(s: __m128i, u: __m128i, off: i16) -> __m256i {
+unsafe fn offset_pairs(s: __m128i, u: __m128i, ty: GgmlType) -> __m256i {
     let su = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, u));
-    _mm256_mullo_epi16(su, _mm256_set1_epi16(-off))
+    _mm256_mullo_epi16(su, _mm256_set1_epi16(-(value_offset(ty) as i16)))
 }
 
 /// `acc + madd(a, b)`: one `vpdpwssd` with AVX-VNNI (`V`).
@@ -464,7 +465,7 @@ impl Pk2 for Q3K {
     }
     #[inline(always)]
     unsafe fn offset16(st: &SignedScales<16>, _: *const u8, _: usize, k: usize) -> __m256i {
-        offset_pairs(st.sc[2 * k], st.sc[2 * k + 1], 4)
+        offset_pairs(st.sc[2 * k], st.sc[2 * k + 1], GgmlType::Q3_K)
     }
     #[inline(always)]
     unsafe fn row_d(st: &SignedScales<16>, _: *const u8, _: usize) -> __m256 {
@@ -581,7 +582,7 @@ impl Pk2 for Q6K {
     #[inline(always)]
     unsafe fn offset16(_: &__m256, t: *const u8, h: usize, k: usize) -> __m256i {
         let at = t.add(32 + 32 * k + 8 * h);
-        offset_pairs(ld64(at), ld64(at.add(16)), 32)
+        offset_pairs(ld64(at), ld64(at.add(16)), GgmlType::Q6_K)
     }
     #[inline(always)]
     unsafe fn row_d(d: &__m256, _: *const u8, _: usize) -> __m256 {
@@ -913,7 +914,7 @@ unsafe fn unpack<T: Pk2>(group: *const u8, n_tiles: usize, buf: *mut u8) {
                 if T::INT_SCALE {
                     _mm256_storeu_si256(at as *mut __m256i, T::scale16(&st, tp, h, j));
                     if T::OFF && j % 2 == 0 {
-                        let at = bp.add(Unpacked::<T>::OFFSET_AT + 32 * j + 32 * h);
+                        let at = bp.add(Unpacked::<T>::OFFSET_AT + 64 * (j / 2) + 32 * h);
                         _mm256_storeu_si256(at as *mut __m256i, T::offset16(&st, tp, h, j / 2));
                     }
                 } else {
