@@ -403,6 +403,14 @@ pub fn sha256_file(path: &Path) -> String {
     format!("sha256:{hex}")
 }
 
+/// The value of one sample (`name` with its labels, as rendered) in `/metrics` text, if the
+/// series is there.
+pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .map(|v| v.parse().unwrap())
+}
+
 /// Reads an NDJSON body: one JSON value per line, no blank lines (panics on either fault).
 pub fn ndjson(resp: Response) -> Vec<Value> {
     let mut out = Vec::new();

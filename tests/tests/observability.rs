@@ -5,18 +5,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use ollamars_tests::daemon::metric_sample as try_sample;
 use ollamars_tests::{models, Daemon};
 use serde_json::json;
 
 /// The value of a sample (`name` with its labels, as rendered).
 fn sample(text: &str, series: &str) -> f64 {
     try_sample(text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
-}
-
-fn try_sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .map(|v| v.parse().unwrap())
 }
 
 const TINY: &str = "{model=\"tiny:latest\"}";

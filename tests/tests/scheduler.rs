@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ollamars_tests::daemon::ndjson;
+use ollamars_tests::daemon::{metric_sample, ndjson};
 use ollamars_tests::{models, Daemon};
 use serde_json::{json, Value};
 
@@ -30,6 +30,12 @@ fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Requests the daemon counts as waiting for model `tiny` or a slot.
+fn queue_depth(d: &Daemon) -> f64 {
+    let text = d.get("/metrics").text().unwrap();
+    metric_sample(&text, "ollamars_queue_depth{model=\"tiny:latest\"}").unwrap_or(0.0)
 }
 
 fn generate(d: &Daemon, model: &str, extra: Value) -> Value {
@@ -126,7 +132,9 @@ fn a_full_queue_answers_503_and_a_disconnect_frees_the_slot() {
             .unwrap();
         (r.status(), r.json::<Value>().unwrap(), t0.elapsed())
     });
-    thread::sleep(Duration::from_millis(500));
+    // Only once the daemon counts it as queued: a fixed pause was sometimes too short on a
+    // busy CI machine, and then the third request took the queue's place instead.
+    wait_for(20, "the second request to queue", || queue_depth(&d) == 1.0);
     let r = d.post("/api/generate", &json!({"model": "tiny", "prompt": "hi"}));
     assert_eq!(r.status(), 503);
     let e = r.json::<Value>().unwrap();
