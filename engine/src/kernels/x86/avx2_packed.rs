@@ -675,12 +675,17 @@ unsafe fn tile_rows<T: Pk2, const G: usize, const C: usize, const V: bool>(
                 if T::OFF && j % 2 == 1 {
                     // Sub-blocks j - 1 and j's offset terms against their bsums (an i16 pair).
                     let bs = *qoff.add(tile * T::SUBS) as usize + Q8K_BSUMS + 2 * (j - 1);
+                    let mut o = [[_mm256_setzero_si256(); 2]; G];
+                    for i in 0..G {
+                        for h in 0..2 {
+                            o[i][h] = T::offset16(&st[i][h], tp[i], h, j / 2);
+                        }
+                    }
                     for c in 0..C {
                         let b = _mm256_set1_epi32((arow[c].add(bs) as *const i32).read_unaligned());
                         for i in 0..G {
                             for h in 0..2 {
-                                let o = T::offset16(&st[i][h], tp[i], h, j / 2);
-                                acct[i][h][c] = dpwssd::<V>(acct[i][h][c], o, b);
+                                acct[i][h][c] = dpwssd::<V>(acct[i][h][c], o[i][h], b);
                             }
                         }
                     }
