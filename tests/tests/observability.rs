@@ -5,13 +5,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ollamars_tests::daemon::metric_sample as try_sample;
+use ollamars_tests::daemon::metric_sample;
 use ollamars_tests::{models, Daemon};
 use serde_json::json;
 
 /// The value of a sample (`name` with its labels, as rendered).
 fn sample(text: &str, series: &str) -> f64 {
-    try_sample(text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
+    metric_sample(text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
 }
 
 const TINY: &str = "{model=\"tiny:latest\"}";
@@ -163,7 +163,7 @@ fn queue_depth_and_busy_slots_per_model() {
     let t0 = Instant::now();
     loop {
         let text = d.get("/metrics").text().unwrap();
-        let queued = try_sample(&text, &metric("ollamars_queue_depth"));
+        let queued = metric_sample(&text, &metric("ollamars_queue_depth"));
         if queued == Some(1.0) {
             assert_eq!(sample(&text, &metric("ollamars_slots_busy")), 1.0, "{text}");
             assert_eq!(sample(&text, &metric("ollamars_slots_total")), 1.0, "{text}");
@@ -181,9 +181,9 @@ fn queue_depth_and_busy_slots_per_model() {
     let t0 = Instant::now();
     loop {
         let text = d.get("/metrics").text().unwrap();
-        if try_sample(&text, &metric("ollamars_slots_busy")) == Some(0.0) {
+        if metric_sample(&text, &metric("ollamars_slots_busy")) == Some(0.0) {
             assert!(
-                try_sample(&text, &metric("ollamars_queue_depth")).is_none(),
+                metric_sample(&text, &metric("ollamars_queue_depth")).is_none(),
                 "{text}"
             );
             // The cancelled generation did not finish.
