@@ -39,7 +39,7 @@ pub fn geglu(isa: Isa, table: &[u16], gate: &mut [f32], up: &[f32]) {
     let done = match isa {
         // SAFETY: the tier is supported, the lengths are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe {
+        Isa::Avx512 | Isa::Amx => unsafe {
             x86::geglu_avx512(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len())
         },
         #[cfg(target_arch = "x86_64")]
@@ -69,7 +69,7 @@ pub fn swiglu(isa: Isa, gate: &mut [f32], up: &[f32]) {
     let done = match isa {
         // SAFETY: the tier is supported, the lengths are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::swiglu_avx512(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        Isa::Avx512 | Isa::Amx => unsafe { x86::swiglu_avx512(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::swiglu_avx2(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         _ => 0,

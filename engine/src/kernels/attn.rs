@@ -35,7 +35,7 @@ pub fn padded_queries(nq: usize) -> usize {
 
 /// The tier that runs a lane-wise kernel on `nqp` query lanes: AVX-512's kernels step 16 lanes.
 fn lane_tier(isa: Isa, nqp: usize) -> Isa {
-    if isa == Isa::Avx512 && !nqp.is_multiple_of(LANES) {
+    if matches!(isa, Isa::Avx512 | Isa::Amx) && !nqp.is_multiple_of(LANES) {
         Isa::Avx2
     } else {
         isa
@@ -54,7 +54,9 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize,
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
         // are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::scores_avx512(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
+        Isa::Avx512 | Isa::Amx => unsafe {
+            x86::scores_avx512(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr())
+        },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::scores_avx2(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr())
@@ -83,7 +85,9 @@ pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l:
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
         // are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr()) },
+        Isa::Avx512 | Isa::Amx => unsafe {
+            x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr())
+        },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::stats_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr())
@@ -114,7 +118,7 @@ pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], inv: &
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
         // are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe {
+        Isa::Avx512 | Isa::Amx => unsafe {
             x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
         },
         #[cfg(target_arch = "x86_64")]
@@ -158,7 +162,7 @@ pub struct AccLayout {
 impl AccLayout {
     pub fn new(isa: Isa, nqp: usize, dvp: usize) -> AccLayout {
         AccLayout {
-            by_value: isa == Isa::Avx512 && nqp.is_multiple_of(LANES),
+            by_value: matches!(isa, Isa::Avx512 | Isa::Amx) && nqp.is_multiple_of(LANES),
             nqp,
             dvp,
         }
@@ -205,12 +209,12 @@ pub fn weighted_values(
     match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if layout.by_value => unsafe {
+        Isa::Avx512 | Isa::Amx if layout.by_value => unsafe {
             x86::values_by_value_avx512(p.as_ptr(), nqp, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
         },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe {
+        Isa::Avx512 | Isa::Amx => unsafe {
             x86::values_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
         },
         #[cfg(target_arch = "x86_64")]
@@ -242,7 +246,7 @@ pub fn transpose(isa: Isa, src: &[f32], rows: usize, cols: usize, dst: &mut [f32
     );
     let block = match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => 16,
+        Isa::Avx512 | Isa::Amx => 16,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => 8,
         _ => 0,
@@ -302,7 +306,7 @@ pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
     let done = match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
+        Isa::Avx512 | Isa::Amx => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         _ => 0,

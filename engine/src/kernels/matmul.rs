@@ -31,7 +31,7 @@ pub struct Matrix<'a> {
 /// Whether `isa` has kernels for packed matrices of type `ty` (packing is only worth doing then):
 /// the x86 tiers have them for every packed layout.
 pub fn can_use_packed(isa: Isa, ty: GgmlType) -> bool {
-    super::packed::has_layout(ty) && matches!(isa, Isa::Avx512 | Isa::AvxVnni | Isa::Avx2)
+    super::packed::has_layout(ty) && matches!(isa, Isa::Amx | Isa::Avx512 | Isa::AvxVnni | Isa::Avx2)
 }
 
 /// Smallest batch that goes through the panel GEMM.
@@ -309,7 +309,7 @@ fn gemm(
     // `vpdpbusd`), AVX2's small unsigned values where the type allows; the integer sums start
     // at `-off · Σa` (the offset sums, which NEON's signed panels do not read).
     let off: i32 = match isa {
-        Isa::Avx512 => 128,
+        Isa::Avx512 | Isa::Amx => 128,
         Isa::Avx2 | Isa::AvxVnni => e.unsigned.map_or(0, |(off, _)| off.into()),
         _ => 0,
     };
@@ -370,6 +370,8 @@ fn packed(
 /// the thread reads them, instead of all the batch's activations being streamed again per group.
 #[cfg(target_arch = "x86_64")]
 const PACKED_TOKEN_BLOCK: usize = 128;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(PACKED_TOKEN_BLOCK <= super::x86::amx::MAX_TOKENS);
 
 /// Packed groups `groups` of `w` against every token, into `out` (`n_tokens` rows of `w.n_out`).
 ///
@@ -387,7 +389,7 @@ unsafe fn packed_groups(
 ) {
     // Only the x86 tiers have packed kernels ([`can_use_packed`]): no other tier packs a matrix.
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::AvxVnni | Isa::Avx2) {
+    if matches!(isa, Isa::Amx | Isa::Avx512 | Isa::AvxVnni | Isa::Avx2) {
         let args = super::x86::PkArgs {
             n_tiles: w.n / w.ty.block_size() as usize,
             side,
@@ -397,13 +399,28 @@ unsafe fn packed_groups(
         let group_bytes = PANEL_ROWS * w.row_bytes;
         for t0 in (0..n_tokens).step_by(PACKED_TOKEN_BLOCK) {
             let tokens = t0..n_tokens.min(t0 + PACKED_TOKEN_BLOCK);
+            // The AMX tier's Q6_K kernel reads the block's activations from its own copy.
+            let amx = isa == Isa::Amx && w.ty == crate::quant::GgmlType::Q6_K;
+            let act = amx.then(|| super::x86::amx::pack_act(&args, tokens.clone()));
             let mut g = groups.start;
             while g < groups.end {
                 // Two groups at a time where the kernel shares activation loads between them.
                 let pair = g + 2 <= groups.end;
                 let group = w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr();
                 let o = out.add(g * PANEL_ROWS);
-                if isa != Isa::Avx512 {
+                if let Some(act) = act {
+                    let n_groups = 1 + pair as usize;
+                    super::x86::amx::packed_q6k(
+                        &args,
+                        group,
+                        group_bytes,
+                        n_groups,
+                        tokens.clone(),
+                        act,
+                        o,
+                        w.n_out,
+                    );
+                } else if matches!(isa, Isa::Avx2 | Isa::AvxVnni) {
                     let n_groups = 1 + pair as usize;
                     let run = if isa == Isa::AvxVnni {
                         super::x86::avx2_packed::packed_avxvnni
@@ -448,7 +465,7 @@ unsafe fn run_tile(
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => super::x86::gemm_avx512(tile, tokens, out, os, rows),
+        Isa::Avx512 | Isa::Amx => super::x86::gemm_avx512(tile, tokens, out, os, rows),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => super::x86::gemm_avx2(tile, tokens, out, os, rows),
         #[cfg(target_arch = "aarch64")]
@@ -518,7 +535,7 @@ mod tests {
                     let (pk, packed_rows) = packed_copy(ty, n, &data);
                     let pm = matrix(ty, n, &pk, packed_rows);
                     // 140 tokens: more than one block of PACKED_TOKEN_BLOCK.
-                    let big: &[usize] = if n_out == 64 { &[140] } else { &[] };
+                    let big: &[usize] = if n_out == 64 { &[140, 300] } else { &[] };
                     let counts: &[usize] = if n_out == 760 {
                         &[1, 2, 5]
                     } else {
@@ -556,7 +573,10 @@ mod tests {
                 // batches, single groups in decode; 760 rows: decode chunks of 2 groups on 2
                 // threads and a last chunk of one group and an 8-row row-major tail.
                 for n_out in [48, 760] {
-                    let (n, n_tokens) = (5 * ty.block_size() as usize, 13);
+                    // The AMX tier's Q6_K batches: a pair of 16-token tiles, one tile and 13
+                    // tokens past them.
+                    let n_tokens = if isa == Isa::Amx { 61 } else { 13 };
+                    let n = 5 * ty.block_size() as usize;
                     let (data, packed_rows) = packed_copy(ty, n, &random_rows(&mut rng, ty, n, n_out));
                     let w = matrix(ty, n, &data, packed_rows);
                     let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();

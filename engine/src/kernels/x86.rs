@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub(super) mod amx;
 pub(super) mod avx2_packed;
 
 use std::arch::x86_64::*;
