@@ -2420,11 +2420,7 @@ unsafe fn sb_body_pair<T: SbType>(
 ) {
     let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
     let stride = chunk * T::UNPACKED;
-    let src = UNPACKED_GROUP.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        buf.resize(2 * stride, 0);
-        buf.as_mut_ptr()
-    });
+    let src = unpacked_group(2 * stride);
     let n_parts = tokens.len().div_ceil(4);
     let mut s0 = 0;
     while s0 < g.n_tiles {
@@ -2551,6 +2547,22 @@ thread_local! {
     static UNPACKED_GROUP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The thread's buffer for an unpacked group, at least `bytes` long and starting on a cache
+/// line: the kernels read it in 64-byte loads (and AMX tile rows) at multiples of 64 from its
+/// start, and from the allocator's 16-byte alignment each of those spanned two lines.
+///
+/// The closure only lends the buffer out: code inside a closure would not get the calling
+/// kernel's target features. Nothing else touches the thread's buffer until the kernel returns.
+#[inline(always)]
+fn unpacked_group(bytes: usize) -> *mut u8 {
+    UNPACKED_GROUP.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        buf.resize(bytes + 64, 0);
+        let p = buf.as_mut_ptr();
+        p.wrapping_add(p.align_offset(64))
+    })
+}
+
 /// Tokens from which unpacking a group first pays (it costs about one token's pass).
 const UNPACK_MIN_TOKENS: usize = 4;
 
@@ -2574,13 +2586,7 @@ unsafe fn sb_body<T: SbType>(
         return;
     }
     let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
-    // The closure only lends the buffer out: code inside a closure would not get this
-    // function's target features. Nothing else touches the thread's buffer until we return.
-    let src = UNPACKED_GROUP.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        buf.resize(chunk * T::UNPACKED, 0);
-        buf.as_mut_ptr()
-    });
+    let src = unpacked_group(chunk * T::UNPACKED);
     let n_parts = tokens.len().div_ceil(8);
     let mut s0 = 0;
     while s0 < g.n_tiles {

@@ -27,7 +27,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{d16, ld128, prefetch_part, Groups, PkArgs, PkQ6K, SbType, UNPACKED_GROUP};
+use super::{d16, ld128, prefetch_part, unpacked_group, Groups, PkArgs, PkQ6K, SbType};
 
 /// Whether this CPU has AMX-INT8 and the OS lets this process use the tiles.
 pub(in crate::kernels) fn available() -> bool {
@@ -457,14 +457,7 @@ pub(in crate::kernels) unsafe fn packed_q6k(
     );
     let whole = tokens.len() / TOKENS * TOKENS;
     if whole > 0 {
-        // The closure only lends the buffer out (see `sb_body`).
-        let buf = UNPACKED_GROUP.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            buf.resize(CHUNK * UNPACKED + 64, 0);
-            buf.as_mut_ptr()
-        });
-        // Tile rows on cache lines: a row across two lines costs two reads.
-        let buf = buf.add(buf.align_offset(64));
+        let buf = unpacked_group(CHUNK * UNPACKED);
         // Made once per thread: zeroing 16 KiB per call was 1.3% of a prompt.
         let scratch = SCRATCH.with(|cell| {
             let mut s = cell.borrow_mut();
@@ -476,7 +469,7 @@ pub(in crate::kernels) unsafe fn packed_q6k(
             });
             &mut **s as *mut Scratch
         });
-        // SAFETY: the thread's scratch, lent out like `UNPACKED_GROUP`: nothing else touches it
+        // SAFETY: the thread's scratch, lent out like `unpacked_group`: nothing else touches it
         // until this call returns.
         let Scratch { acc, sums } = &mut *scratch;
         let cfg = TileConfig::new();

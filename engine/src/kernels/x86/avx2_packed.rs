@@ -940,11 +940,6 @@ unsafe fn unpack<T: Pk2>(group: *const u8, n_tiles: usize, buf: *mut u8) {
     }
 }
 
-thread_local! {
-    /// Each thread's unpacked group (reused across calls).
-    static UNPACKED_GROUP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// `G` groups against tokens `tokens`: decode (and batches too short to unpack for) reads both
 /// groups side by side from the packed tiles, one token at a time; a batch unpacks one group at
 /// a time and passes over it with two tokens at a time (four with AVX-VNNI).
@@ -963,13 +958,7 @@ unsafe fn body<T: Pk2, const G: usize, const V: bool>(
         }
         return;
     }
-    // The closure only lends the buffer out: code inside it would not get this function's
-    // target features. Nothing else touches the thread's buffer until we return.
-    let buf = UNPACKED_GROUP.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        buf.resize(g.n_tiles * Unpacked::<T>::TILE, 0);
-        buf.as_mut_ptr()
-    });
+    let buf = super::unpacked_group(g.n_tiles * Unpacked::<T>::TILE);
     for i in 0..G {
         unpack::<T>(group.add(i * gstride), g.n_tiles, buf);
         let out = out.add(16 * i);
