@@ -625,6 +625,48 @@ mod tests {
         }
     }
 
+    /// The AMX tier's Q6_K values `(q - 32) · sc` split into two bytes, at their extremes: 4096
+    /// (q 0, scale -128), -4064 (q 0, scale 127), -3968 (q 63, scale -128) and 3937 (q 63,
+    /// scale 127), against activations at -128 and 127, in tiles of tokens and in decode.
+    #[test]
+    fn amx_q6k_extremes_match_reference() {
+        if !Isa::Amx.is_supported() {
+            return;
+        }
+        let (ty, n, n_out) = (GgmlType::Q6_K, 512, 48);
+        let rb = row_bytes(ty, n);
+        let mut data = vec![0u8; n_out * rb];
+        for (r, row) in data.chunks_exact_mut(rb).enumerate() {
+            let (q_bits, sc) = [(0u8, -128i8), (0, 127), (0xff, -128), (0xff, 127)][r % 4];
+            // ql[128] and qh[64] (all bits set: q 63), scales[16], f16 d.
+            for b in row.chunks_exact_mut(210) {
+                b[..192].fill(q_bits);
+                b[192..208].fill(sc as u8);
+                b[208..210].copy_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
+            }
+        }
+        let (pk, packed_rows) = packed_copy(ty, n, &data);
+        let w = matrix(ty, n, &pk, packed_rows);
+        let pool = ThreadPool::new(2).unwrap();
+        for n_tokens in [1, 35] {
+            // Q8_K: f32 d, qs[256], bsums[16] (i16 sums of 16 quants).
+            let mut xq = Vec::new();
+            for t in 0..n_tokens {
+                let v: i8 = if t % 3 == 0 { 127 } else { -128 };
+                for _ in 0..n / 256 {
+                    xq.extend(1f32.to_le_bytes());
+                    xq.extend([v as u8; 256]);
+                    for _ in 0..16 {
+                        xq.extend((16 * i16::from(v)).to_le_bytes());
+                    }
+                }
+            }
+            let mut got = vec![f32::NAN; n_out * n_tokens];
+            matmul(&pool, Isa::Amx, &w, &xq, n_tokens, &mut got);
+            assert_matches_reference(ty, n, &data, &xq, &got, &format!("amx tokens={n_tokens}"));
+        }
+    }
+
     /// Matrices of the given `(type, rows)` shapes and `n` columns over `data`, the first
     /// `packed_rows[i]` rows of matrix `i` packed.
     fn matrices<'a>(
