@@ -4,8 +4,8 @@
 //! Every weight type has a *vec_dot type* (ggml's pairing): activations are converted once per
 //! input to that format (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and then dotted with every weight row
 //! using integer products per block. Kernels exist for several instruction-set tiers ([`Isa`]);
-//! the best one the CPU supports is picked once, and `OLLAMARS_ISA=scalar|avx2|avxvnni|avx512|neon`
-//! forces a lower tier, `OLLAMARS_ISA=amx` the opt-in AMX tier (tests run every tier the CPU allows through the explicit-`Isa` entry
+//! the best one the CPU supports is picked once, and `OLLAMARS_ISA=scalar|avx2|avxvnni|avx512|amx|neon`
+//! forces a lower tier (tests run every tier the CPU allows through the explicit-`Isa` entry
 //! points). A binary built for generic x86-64 uses AVX2 / AVX-512 wherever the CPU has them.
 //!
 //! The `Scalar` tier is `crate::quant`'s reference arithmetic itself. Invariants: every tier
@@ -51,11 +51,11 @@ pub enum Isa {
     /// BF16 dot products are used where AVX512_BF16 is present too.
     Avx512,
     /// AVX-512 plus AMX-INT8 tiles (Sapphire Rapids and later Xeons): the AVX-512 kernels, with
-    /// packed Q6_K matrices' batches (prompts) on the tiles. Opt-in (`OLLAMARS_ISA=amx`), never
-    /// picked by [`Isa::best`]: its Q6_K sums are llama.cpp's integer ones, but the rounding
-    /// differs from the AVX-512 tier's, and Gemma 3 270M's perplexity on the fixture text lands
-    /// at +1.04% from llama.cpp's, past the 1% its test allows (the other tiers: +0.40% to
-    /// +0.79%); see BENCHMARKS.md.
+    /// packed Q6_K matrices' batches (prompts) on the tiles. Their sums are llama.cpp's exact
+    /// integers per super-block, scaled by the row's scale and then the token's, the AVX-512
+    /// tier's order: with the two scales multiplied together first (llama.cpp's order), Gemma 3
+    /// 270M's fixture perplexity moved from +0.49% (AVX-512 tier) to +1.04% from llama.cpp's,
+    /// and to +0.63% in this order; the other tiers give +0.40% to +0.79% (BENCHMARKS.md).
     Amx,
     /// aarch64 with the dot-product extension (Armv8.2+: Graviton 2+, Apple M1+, Cortex-A76+).
     Neon,
@@ -125,12 +125,9 @@ impl Isa {
         Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
     }
 
-    /// The best tier this CPU supports, leaving out the opt-in `Amx` (see [`Isa::Amx`]).
+    /// The best tier this CPU supports.
     pub fn best() -> Isa {
-        Isa::supported()
-            .into_iter()
-            .rfind(|&i| i != Isa::Amx)
-            .expect("scalar is always supported")
+        *Isa::supported().last().expect("scalar is always supported")
     }
 
     /// The tier the engine uses: the best one, or the one `OLLAMARS_ISA` names if the CPU

@@ -7,17 +7,13 @@
 //! (`hi` in -64..64, `lo` in 0..63). Two `tdpbssd`s per 64 elements (16 tokens x 16 rows each)
 //! then sum a whole super-block in the tiles with no float step, and a super-block's integer
 //! sum `Σ sc · Σ (q - 32) · a` (llama.cpp's `isum`) is `64 · C_hi + C_lo`, scaled once by
-//! `d_row · d_token`. A packed step (64 bytes: four elements of a group's 16 rows, see
+//! `d_row`, then `d_token`. A packed step (64 bytes: four elements of a group's 16 rows, see
 //! `kernels::packed`) is exactly a row of `tdpbssd`'s B operand, so 16 steps are a B tile.
 //!
 //! Decode and the tokens past the last whole tile of 16 take [`decode`], which computes the
 //! same integer per super-block with AVX-512 (`vpdpbusd` per sub-block, times the scale in
 //! i32) and the same float steps in the same order: a token gets the same bits alone or in a
 //! batch, as on every tier.
-//!
-//! The tier is opt-in (`OLLAMARS_ISA=amx`, see `Isa::Amx`): llama.cpp's integer sums round
-//! differently from the AVX-512 tier's per-sub-block float steps, and that moves Gemma 3
-//! 270M's perplexity on the fixture text past the 1% from llama.cpp its test allows.
 //!
 //! Stable Rust has no AMX intrinsics: the tile instructions are `asm!`. Linux hands a process
 //! the tile state only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), made once by
@@ -357,8 +353,9 @@ unsafe fn token_tiles<const NT: usize>(
     }
 }
 
-/// The float step of the pending super-block: `out += (64 · hi + lo) · d_row · d_token` for
-/// its tokens, from zero at the first super-block.
+/// The float step of the pending super-block: `out += ((64 · hi + lo) · d_row) · d_token` for
+/// its tokens, from zero at the first super-block. The row's scale first, then the token's:
+/// the AVX-512 tier's order (see `Isa::Amx` for what the other order did).
 #[inline(always)]
 unsafe fn scale_sums(g: &PkArgs, p: Pending, sums: &Sums, acc: &mut Acc, t_base: usize) {
     let n_sub = g.side.n_sub;
@@ -370,14 +367,14 @@ unsafe fn scale_sums(g: &PkArgs, p: Pending, sums: &Sums, acc: &mut Acc, t_base:
         let lo = _mm512_load_si512(s.add(256) as *const _);
         let x = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 6), lo));
         let t = p.t0 + c;
-        let d = _mm512_mul_ps(dr, _mm512_set1_ps(*sd.add(t * n_sub + p.tile * PkQ6K::SUBS)));
+        let dt = _mm512_set1_ps(*sd.add(t * n_sub + p.tile * PkQ6K::SUBS));
         let o = acc.0.as_mut_ptr().add(16 * (t - t_base));
         let acc = if p.tile == 0 {
             _mm512_setzero_ps()
         } else {
             _mm512_loadu_ps(o)
         };
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(x, d, acc));
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_mul_ps(x, dr), dt, acc));
     }
 }
 
@@ -424,8 +421,8 @@ unsafe fn decode<const R: usize>(
         }
         let dt = _mm512_set1_ps(*sd.add(t * n_sub + tile * PkQ6K::SUBS));
         for r in 0..R {
-            let d = _mm512_mul_ps(d16(tp[r]), dt);
-            accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), d, accf[r]);
+            let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), d16(tp[r]));
+            accf[r] = _mm512_fmadd_ps(x, dt, accf[r]);
         }
     }
     for (r, acc) in accf.iter().enumerate() {
