@@ -51,7 +51,10 @@ fi
 echo "== building (release)" >&2
 cargo build --release -q -p ollamars
 cargo build --release -q -p engine --example bench_model --example membw
-bin=$root/target/release/ollamars
+# What cargo just built: CARGO_TARGET_DIR when set (a run used to time an older binary from
+# target/ while a fresh one sat in CARGO_TARGET_DIR).
+release=${CARGO_TARGET_DIR:-$root/target}/release
+bin=$release/ollamars
 
 if [ -n "${LLAMA_VENV:-}" ]; then
     py=$LLAMA_VENV/bin/python
@@ -72,7 +75,7 @@ if [ ${#files[@]} -eq 0 ]; then
     files+=("$(scripts/fetch-model.sh gemma3-270m)" "$(scripts/fetch-model.sh qwen25-coder-0.5b)")
     if [ -z "${SKIP_1B:-}" ]; then
         f16=$BENCH_DIR/tinyllama-1.1b-random-f16.gguf
-        [ -f "$f16" ] || target/release/examples/bench_model "$f16" >/dev/null
+        [ -f "$f16" ] || "$release/examples/bench_model" "$f16" >/dev/null
         for q in q4_0 q4_K_M q6_K q8_0; do
             out=$BENCH_DIR/tinyllama-1.1b-random-$q.gguf
             [ -f "$out" ] || "$bin" quantize "$f16" "$out" "$q" >/dev/null
@@ -92,7 +95,7 @@ echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 # widest loads the CPU has) is read before the first run and after every run, so each tg run is
 # set against the readings on either side of it.
 results=$(mktemp)
-probe() { echo "P $(basename "$1") $(target/release/examples/membw "$THREADS" 1024 5)" >>"$results"; }
+probe() { echo "P $(basename "$1") $("$release/examples/membw" "$THREADS" 1024 5)" >>"$results"; }
 run() {
     local who=$1 f=$2 out
     if [ "$who" = O ]; then
