@@ -790,7 +790,8 @@ mod tests {
         let n = 512;
         let shapes = [(GgmlType::Q4_K, 48), (GgmlType::Q4_K, 32), (GgmlType::Q6_K, 32)];
         for isa in Isa::supported() {
-            for n_tokens in [1, 3, GEMM_MIN_TOKENS + 5] {
+            // 37 tokens: the AMX tier's Q6_K tiles of 16 (a pair and 5 past them).
+            for n_tokens in [1, 3, GEMM_MIN_TOKENS + 5, 37] {
                 // Q4_K and Q6_K both take Q8_K activations: one buffer for all three.
                 let xq: Vec<u8> = (0..n_tokens)
                     .flat_map(|_| random_act(&mut rng, GgmlType::Q4_K, n).1)
