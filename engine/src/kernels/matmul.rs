@@ -397,10 +397,10 @@ unsafe fn packed_groups(
             row_bytes: row_bytes(vec_dot_type(w.ty), w.n),
         };
         let group_bytes = PANEL_ROWS * w.row_bytes;
+        // The AMX tier's Q6_K kernel reads each block's activations from its own copy.
+        let amx = isa == Isa::Amx && w.ty == crate::quant::GgmlType::Q6_K;
         for t0 in (0..n_tokens).step_by(PACKED_TOKEN_BLOCK) {
             let tokens = t0..n_tokens.min(t0 + PACKED_TOKEN_BLOCK);
-            // The AMX tier's Q6_K kernel reads the block's activations from its own copy.
-            let amx = isa == Isa::Amx && w.ty == crate::quant::GgmlType::Q6_K;
             let act = amx.then(|| super::x86::amx::pack_act(&args, tokens.clone()));
             let mut g = groups.start;
             while g < groups.end {
