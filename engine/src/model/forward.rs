@@ -201,6 +201,8 @@ impl Model {
         ropes: &[Rope],
     ) -> Vec<f32> {
         let hp = &self.hp;
+        // No range of the weights moves to huge pages while they are read (see `pack::Activity`).
+        let _reading = self.packed.reading();
         let n_embd = hp.n_embd;
         let n_tokens = ub.tokens.len();
         let mut x = self.embed(ub.tokens);
@@ -424,6 +426,7 @@ impl Model {
 
     /// Logits of final hidden states `x` (rows of `n_embd`), `n_vocab` per row.
     pub(crate) fn logits(&self, x: &[f32]) -> Vec<f32> {
+        let _reading = self.packed.reading();
         let mut out = self.project(
             &self.w.output,
             &mut Activations::new(x, self.hp.n_embd),

@@ -15,18 +15,21 @@
 //! pages and at 91-97% on 2 MiB pages (`PACKED=1 kernel_bench 2 stream`, `HUGE=0/1`, Q4_K and
 //! Q6_K); whole models decode 3-6% faster (median of 12-16 alternated pairs). But the memory is
 //! filled on 4 KiB pages and collapsed into huge pages by a background thread afterwards
-//! ([`HugePages`]): on a VM whose host takes back the guest's free memory, faulting in fresh huge
-//! pages was most of a load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge
-//! pages at fill, 0.21-0.24 s with 4 KiB pages).
+//! ([`HugePages`]), freely while the model is idle and slowly while it runs ([`Activity`]): on a
+//! VM whose host takes back the guest's free memory, faulting in fresh huge pages was most of a
+//! load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge pages at fill,
+//! 0.21-0.24 s with 4 KiB pages), and collapsing next to a running model slowed its first tokens
+//! 4-6x (see [`Activity`]).
 //!
 //! Only tensors used as whole matrices are packed (a fused tensor read as row ranges stays
 //! row-major); a tied embedding is packed as the output layer and its rows are unpacked when
 //! looked up. `OLLAMARS_PACK=0` keeps every matrix row-major.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use memmap2::{MmapMut, MmapOptions};
 use rayon::prelude::*;
@@ -51,6 +54,8 @@ pub(super) struct PackedWeights {
     /// The packed tensors' bytes (`None` when nothing is packed).
     map: Option<MmapMut>,
     slots: Vec<Slot>,
+    /// When the model reads its weights; `huge` waits for it to be idle.
+    activity: Arc<Activity>,
 }
 
 /// Where a tensor is in [`PackedWeights::map`]; `rows == 0` for a tensor that is not packed.
@@ -68,7 +73,14 @@ impl PackedWeights {
             map: None,
             slots: vec![Slot::default(); n_tensors],
             huge: None,
+            activity: Arc::new(Activity::new()),
         }
+    }
+
+    /// Marks the model as reading its weights until the guard is dropped (a forward pass, the
+    /// output layer): no range is collapsed into huge pages meanwhile, nor for [`QUIET`] after.
+    pub(super) fn reading(&self) -> Reading<'_> {
+        self.activity.reading()
     }
 
     /// Waits until the packed weights are on huge pages (or the system declined them), for
@@ -168,43 +180,152 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     #[cfg(target_os = "linux")]
     {
         let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
-        out.huge = HugePages::collapse(&map, base, total);
+        out.huge = HugePages::collapse(&map, base, total, out.activity.clone());
     }
     out.map = Some(map);
     Ok(out)
 }
 
+/// How long the model must have left its weights alone before the collapse runs freely: longer
+/// than the gaps inside a generation (sampling and sending a token take well under a
+/// millisecond), short enough that the pause after an answer moves the pages.
+const QUIET: Duration = Duration::from_millis(50);
+
+/// While the model runs, the collapse takes at most about one part in `BUSY_SHARE + 1` of a
+/// core: after each range it waits `BUSY_SHARE` times as long as that range took. So a model kept
+/// busy without a pause still gets its huge pages (decode on them is ~9% faster here), slowly
+/// where they are dear (this VM: ~29 ms a range, one range per ~0.6 s) and at once where they
+/// are cheap.
+const BUSY_SHARE: u32 = 20;
+
+/// The pause before the first range, whatever the model does: a model is usually set up (its
+/// KV cache faulted in, which takes the memory-map lock a collapse holds) and asked for tokens
+/// right after its load, and a range's cost is not known yet. (In the daemon, with the collapse
+/// free 50 ms after the load, loading TinyLlama-1.1B took 0.8-2.6 s instead of 0.3.)
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+
+/// Waits until the next range may be collapsed: `pause` has passed since `since`, or (if
+/// `early`) the model has been idle for [`QUIET`]. False when `stop` is set (the thread is woken
+/// for it).
+fn wait_turn(activity: &Activity, stop: &AtomicBool, since: Instant, pause: Duration, early: bool) -> bool {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let owed = pause.saturating_sub(since.elapsed());
+        if owed.is_zero() {
+            return true;
+        }
+        let quiet_left = match activity.idle_for() {
+            Some(idle) if idle >= QUIET && early => return true,
+            Some(idle) if idle < QUIET => QUIET - idle,
+            _ => owed,
+        };
+        std::thread::park_timeout(quiet_left.min(owed));
+    }
+}
+
+/// Whether, and since when, the model has been reading its weights. Collapsing a 2 MiB range
+/// unmaps it and copies it under the process's memory-map lock, so a forward pass that reads the
+/// range (or takes any page fault) waits for the copy, and on a VM whose host takes back the
+/// guest's free memory every copy into a fresh huge page is slow: there, after 20 s idle, the
+/// collapse of TinyLlama-1.1B Q4_0's 599 MB took 7.4 s of one core (`perf`: 91% of it in the
+/// copy), and the decode running beside it made 10.9 tokens/s against 48.5 once it was done
+/// (Gemma 3 270M: 19.6 against 128 for its first 3 s). The collapse therefore waits for the
+/// model to be idle, or takes a small share of a core while it runs ([`BUSY_SHARE`]).
+pub(super) struct Activity {
+    /// Readers now.
+    running: AtomicUsize,
+    /// When the last reader finished, in nanoseconds after `epoch`.
+    last: AtomicU64,
+    epoch: Instant,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            running: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn reading(&self) -> Reading<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Reading(self)
+    }
+
+    /// Counts the idle time from now.
+    fn touch(&self) {
+        let now = self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.last.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// How long the model has been idle (`None` while it reads).
+    fn idle_for(&self) -> Option<Duration> {
+        if self.running.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let last = Duration::from_nanos(self.last.load(Ordering::SeqCst));
+        Some(self.epoch.elapsed().saturating_sub(last))
+    }
+}
+
+/// The model reads its weights while this lives ([`PackedWeights::reading`]).
+pub(super) struct Reading<'a>(&'a Activity);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // The time first, so that a collapse that sees no reader also sees this one's end.
+        self.0.touch();
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A thread that collapses the packed weights' 4 KiB pages into huge pages
-/// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time, while the model already runs: for
-/// Gemma 3 270M's 234 MB about 0.7 s of one core (a fresh huge page costs that much on this
-/// project's VM). The contents never change, so readers see the same bytes throughout. The
-/// thread stops early when the weights are dropped, which waits for it: the mapping outlives it.
+/// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time: freely once the model has been idle
+/// for [`QUIET`], a small share of a core while it runs ([`wait_turn`]). For Gemma 3 270M's 234 MB
+/// that is 0.5 s to 3 s of one core on this project's VM, depending on how long ago the host
+/// took its free memory back. The contents never change, so readers see the same bytes
+/// throughout. The thread stops early when the weights are dropped, which wakes it and waits for
+/// it: the mapping outlives it.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct HugePages {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// 2 MiB ranges handled so far (collapsed, or declined by the system); the tests read it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    done: Arc<AtomicUsize>,
 }
 
 impl HugePages {
     #[cfg(target_os = "linux")]
-    fn collapse(map: &MmapMut, base: usize, total: usize) -> Option<HugePages> {
+    fn collapse(map: &MmapMut, base: usize, total: usize, activity: Arc<Activity>) -> Option<HugePages> {
         /// From Linux's uapi `mman-common.h` (not in every libc target's bindings).
         const MADV_COLLAPSE: libc::c_int = 25;
         let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
         let start = map.as_ptr() as usize + base;
         let thread = std::thread::Builder::new()
             .name("ollamars-hugepages".into())
             .spawn({
-                let stop = stop.clone();
+                let (stop, done) = (stop.clone(), done.clone());
                 move || {
+                    // How long a running model is spared after a range (see `BUSY_SHARE`).
+                    let (mut since, mut pause) = (Instant::now(), FIRST_PAUSE);
                     for at in (start..start + total).step_by(HUGE_PAGE) {
-                        if stop.load(Ordering::Relaxed) {
+                        let early = at > start;
+                        if !wait_turn(&activity, &stop, since, pause, early) {
                             return;
                         }
+                        let t = Instant::now();
                         let len = HUGE_PAGE.min(start + total - at);
                         // SAFETY: the range is inside the mapping, which `Drop` keeps mapped
                         // until this thread has returned; collapsing changes no byte of it.
                         let r = unsafe { libc::madvise(at as *mut libc::c_void, len, MADV_COLLAPSE) };
+                        since = Instant::now();
+                        pause = (since - t) * BUSY_SHARE;
+                        done.fetch_add(1, Ordering::SeqCst);
                         // An older kernel does not know the advice; other failures (no free
                         // huge page just now, a partial last page) leave that range as it is.
                         if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
@@ -217,6 +338,7 @@ impl HugePages {
         Some(HugePages {
             stop,
             thread: Mutex::new(Some(thread)),
+            done,
         })
     }
 
@@ -230,7 +352,10 @@ impl HugePages {
 
 impl Drop for HugePages {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = &*self.thread.lock().unwrap_or_else(|e| e.into_inner()) {
+            t.thread().unpark();
+        }
         self.join();
     }
 }
@@ -333,7 +458,8 @@ mod tests {
             *b = byte(i);
         }
         let _ = map.advise_range(memmap2::Advice::HugePage, base, len);
-        let huge = HugePages::collapse(&map, base, len).expect("a thread");
+        let idle = Arc::new(Activity::new());
+        let huge = HugePages::collapse(&map, base, len, idle.clone()).expect("a thread");
         huge.join();
         huge.join();
         drop(huge);
@@ -342,11 +468,83 @@ mod tests {
             .enumerate()
             .all(|(i, &b)| b == byte(i)));
         for _ in 0..4 {
-            drop(HugePages::collapse(&map, base, len).expect("a thread"));
+            drop(HugePages::collapse(&map, base, len, idle.clone()).expect("a thread"));
         }
         assert!(map[base..base + len]
             .iter()
             .enumerate()
             .all(|(i, &b)| b == byte(i)));
+    }
+
+    /// No range is collapsed before `FIRST_PAUSE`, nor later while the model reads its weights
+    /// until it has been idle for `QUIET` or `BUSY_SHARE` times the last range's time has passed:
+    /// every range is, also while it reads. Dropping the mover while it waits stops it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn collapsing_waits_for_the_model_to_be_idle_or_takes_a_share() {
+        let len = 4 * HUGE_PAGE;
+        let mut map = MmapOptions::new().len(len + HUGE_PAGE).map_anon().unwrap();
+        let base = (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
+        map[base..base + len].fill(1);
+        let activity = Arc::new(Activity::new());
+
+        // Idle from the start: nothing before FIRST_PAUSE.
+        let t = Instant::now();
+        let huge = HugePages::collapse(&map, base, len, activity.clone()).expect("a thread");
+        std::thread::sleep(3 * QUIET);
+        assert_eq!(
+            huge.done.load(Ordering::SeqCst),
+            0,
+            "collapsed before FIRST_PAUSE"
+        );
+        huge.join();
+        assert!(t.elapsed() >= FIRST_PAUSE);
+        assert_eq!(huge.done.load(Ordering::SeqCst), 4);
+
+        let reading = activity.reading();
+        let t = Instant::now();
+        let huge = HugePages::collapse(&map, base, len, activity.clone()).expect("a thread");
+        huge.join();
+        assert!(
+            t.elapsed() >= FIRST_PAUSE,
+            "collapsed at once while the model read"
+        );
+        assert_eq!(huge.done.load(Ordering::SeqCst), 4);
+        assert!(map[base..base + len].iter().all(|&b| b == 1));
+
+        // Stopped while it waits, having collapsed nothing.
+        let huge = HugePages::collapse(&map, base, len, activity.clone()).expect("a thread");
+        let done = huge.done.clone();
+        drop(huge);
+        assert_eq!(done.load(Ordering::SeqCst), 0);
+        drop(reading);
+    }
+
+    /// A wait for a turn ends after `pause`, or early once the model has been idle for `QUIET`
+    /// (only when allowed), or at a stop.
+    #[test]
+    fn a_turn_comes_after_the_pause_or_early_when_idle() {
+        let (go, stopped) = (AtomicBool::new(false), AtomicBool::new(true));
+        let pause = Duration::from_millis(200);
+        let long = Duration::from_secs(60);
+        let activity = Activity::new();
+        let reading = activity.reading();
+        let t = Instant::now();
+        assert!(wait_turn(&activity, &go, t, pause, true));
+        assert!(t.elapsed() >= pause, "a reading model's pause was cut short");
+        assert!(!wait_turn(&activity, &stopped, Instant::now(), long, true));
+        drop(reading);
+
+        activity.touch();
+        let t = Instant::now();
+        assert!(wait_turn(&activity, &go, t, long, true));
+        assert!(
+            t.elapsed() >= QUIET && t.elapsed() < long / 2,
+            "idle: {:?}",
+            t.elapsed()
+        );
+        let t = Instant::now();
+        assert!(wait_turn(&activity, &go, t, pause, false));
+        assert!(t.elapsed() >= pause, "ended early where that was not allowed");
     }
 }
