@@ -70,8 +70,8 @@ impl Model {
     }
 
     /// Waits until the packed weights have moved to huge pages, which a background thread does
-    /// after [`Model::load`] while the model already runs: what follows then measures the
-    /// steady state (`ollamars bench`).
+    /// after [`Model::load`] (from 1 s on, at once while the model is idle, slowly while it
+    /// runs): what follows then measures the steady state (`ollamars bench`).
     pub fn wait_for_huge_pages(&self) {
         self.packed.wait_for_huge_pages();
     }
