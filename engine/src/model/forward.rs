@@ -201,7 +201,7 @@ impl Model {
         ropes: &[Rope],
     ) -> Vec<f32> {
         let hp = &self.hp;
-        // No range of the weights moves to huge pages while they are read (see `pack::Activity`).
+        // While the weights are read they move to huge pages only slowly (see `pack::Activity`).
         let _reading = self.packed.reading();
         let n_embd = hp.n_embd;
         let n_tokens = ub.tokens.len();

@@ -78,7 +78,8 @@ impl PackedWeights {
     }
 
     /// Marks the model as reading its weights until the guard is dropped (a forward pass, the
-    /// output layer): no range is collapsed into huge pages meanwhile, nor for [`QUIET`] after.
+    /// output layer): meanwhile, and for [`QUIET`] after, ranges move to huge pages only at the
+    /// slow pace of [`BUSY_SHARE`].
     pub(super) fn reading(&self) -> Reading<'_> {
         self.activity.reading()
     }
