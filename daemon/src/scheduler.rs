@@ -261,6 +261,10 @@ impl Scheduler {
             return Ok(self.lease(l, t0));
         }
         let _one_load = self.load_lock.lock().await;
+        // A load and the setting up after it (vocabulary, context, threads) count as reading
+        // weights, so other models' weights move to huge pages only slowly meanwhile: each move
+        // holds the memory-map lock that the load's allocations and page faults wait for.
+        let _loading = engine::model::reading();
         let mut opened: Option<Arc<Model>> = None;
         loop {
             if let Some(l) = self.try_use(want) {

@@ -10,6 +10,7 @@
 use std::cell::RefCell;
 
 use super::arch::{Ffn, QScale};
+use super::pack;
 use super::weights::Weight;
 use super::Model;
 use crate::kv::{KvCache, Pos, SeqId};
@@ -202,7 +203,7 @@ impl Model {
     ) -> Vec<f32> {
         let hp = &self.hp;
         // While the weights are read they move to huge pages only slowly (see `pack::Activity`).
-        let _reading = self.packed.reading();
+        let _reading = pack::reading();
         let n_embd = hp.n_embd;
         let n_tokens = ub.tokens.len();
         let mut x = self.embed(ub.tokens);
@@ -426,7 +427,7 @@ impl Model {
 
     /// Logits of final hidden states `x` (rows of `n_embd`), `n_vocab` per row.
     pub(crate) fn logits(&self, x: &[f32]) -> Vec<f32> {
-        let _reading = self.packed.reading();
+        let _reading = pack::reading();
         let mut out = self.project(
             &self.w.output,
             &mut Activations::new(x, self.hp.n_embd),

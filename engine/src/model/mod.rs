@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use hparams::{HParams, Pooling, RopeScaling};
+pub use pack::{reading, Reading};
 
 use crate::gguf::{Gguf, Metadata};
 use crate::kv::{swa_pool_size, KvType};
@@ -64,6 +65,8 @@ impl Model {
     /// Opens and checks a model: every hyperparameter and tensor the architecture needs must be
     /// there with the right shape, or the error names what is missing or wrong.
     pub fn load(path: impl AsRef<Path>, _params: &ModelParams) -> Result<Arc<Model>> {
+        // The page faults of a load wait for any collapse to huge pages (`pack::PROCESS`).
+        let _loading = pack::reading();
         let mut model = Model::from_gguf(Gguf::open(path)?)?;
         model.packed = pack::pack_weights(&model)?;
         Ok(Arc::new(model))

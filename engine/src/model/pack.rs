@@ -15,11 +15,11 @@
 //! pages and at 91-97% on 2 MiB pages (`PACKED=1 kernel_bench 2 stream`, `HUGE=0/1`, Q4_K and
 //! Q6_K); whole models decode 3-6% faster (median of 12-16 alternated pairs). But the memory is
 //! filled on 4 KiB pages and collapsed into huge pages by a background thread afterwards
-//! ([`HugePages`]), freely while the model is idle and slowly while it runs ([`Activity`]): on a
-//! VM whose host takes back the guest's free memory, faulting in fresh huge pages was most of a
-//! load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge pages at fill,
-//! 0.21-0.24 s with 4 KiB pages), and collapsing next to a running model slowed its first tokens
-//! 4-6x (see [`Activity`]).
+//! ([`HugePages`]), freely while no model in the process loads or runs and slowly while one does
+//! ([`Activity`]): on a VM whose host takes back the guest's free memory, faulting in fresh huge
+//! pages was most of a load (Gemma 3 270M, after 15 s idle: first token 0.44-0.62 s with huge
+//! pages at fill, 0.21-0.24 s with 4 KiB pages), and collapsing next to a running model slowed
+//! its first tokens 4-6x (see [`Activity`]).
 //!
 //! Only tensors used as whole matrices are packed (a fused tensor read as row ranges stays
 //! row-major); a tied embedding is packed as the output layer and its rows are unpacked when
@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -54,8 +54,6 @@ pub(super) struct PackedWeights {
     /// The packed tensors' bytes (`None` when nothing is packed).
     map: Option<MmapMut>,
     slots: Vec<Slot>,
-    /// When the model reads its weights; `huge` waits for it to be idle.
-    activity: Arc<Activity>,
 }
 
 /// Where a tensor is in [`PackedWeights::map`]; `rows == 0` for a tensor that is not packed.
@@ -73,15 +71,7 @@ impl PackedWeights {
             map: None,
             slots: vec![Slot::default(); n_tensors],
             huge: None,
-            activity: Arc::new(Activity::new()),
         }
-    }
-
-    /// Marks the model as reading its weights until the guard is dropped (a forward pass, the
-    /// output layer): meanwhile, and for [`QUIET`] after, ranges move to huge pages only at the
-    /// slow pace of [`BUSY_SHARE`].
-    pub(super) fn reading(&self) -> Reading<'_> {
-        self.activity.reading()
     }
 
     /// Waits until the packed weights are on huge pages (or the system declined them), for
@@ -181,7 +171,7 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     #[cfg(target_os = "linux")]
     {
         let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
-        out.huge = HugePages::collapse(&map, base, total, out.activity.clone());
+        out.huge = HugePages::collapse(&map, base, total, PROCESS.clone());
     }
     out.map = Some(map);
     Ok(out)
@@ -226,7 +216,22 @@ fn wait_turn(activity: &Activity, stop: &AtomicBool, since: Instant, pause: Dura
     }
 }
 
-/// Whether, and since when, the model has been reading its weights. Collapsing a 2 MiB range
+/// Every model's reads in this process, and every load: what each model's collapse waits for.
+/// The memory-map lock a collapse holds is the process's, so one model's collapse stalls
+/// another model's load and first tokens as much as its own: in the daemon, Gemma 3 270M loaded
+/// in 1.7-4.4 s instead of 0.2 s while the Qwen2.5 0.5B model loaded 1.5-3 s before it moved to
+/// huge pages (its own model idle, so freely).
+static PROCESS: LazyLock<Arc<Activity>> = LazyLock::new(|| Arc::new(Activity::new()));
+
+/// Marks the process as reading model weights until the guard is dropped (a forward pass, the
+/// output layer, and a load with what sets a model up: its allocations and page faults wait for
+/// the same lock): meanwhile, and for [`QUIET`] after, every model's ranges move to huge pages
+/// only at the slow pace of [`BUSY_SHARE`].
+pub fn reading() -> Reading<'static> {
+    PROCESS.reading()
+}
+
+/// Whether, and since when, the models have been reading their weights. Collapsing a 2 MiB range
 /// unmaps it and copies it under the process's memory-map lock, so a forward pass that reads the
 /// range (or takes any page fault) waits for the copy, and on a VM whose host takes back the
 /// guest's free memory every copy into a fresh huge page is slow: there, after 20 s idle, the
@@ -272,8 +277,8 @@ impl Activity {
     }
 }
 
-/// The model reads its weights while this lives ([`PackedWeights::reading`]).
-pub(super) struct Reading<'a>(&'a Activity);
+/// The model reads its weights while this lives ([`reading`]).
+pub struct Reading<'a>(&'a Activity);
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
@@ -284,8 +289,8 @@ impl Drop for Reading<'_> {
 }
 
 /// A thread that collapses the packed weights' 4 KiB pages into huge pages
-/// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time: freely once the model has been idle
-/// for [`QUIET`], a small share of a core while it runs ([`wait_turn`]). For Gemma 3 270M's 234 MB
+/// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time: freely once every model in the
+/// process has been idle for [`QUIET`], a small share of a core while one runs ([`wait_turn`]). For Gemma 3 270M's 234 MB
 /// that is 0.5 s to 3 s of one core on this project's VM, depending on how long ago the host
 /// took its free memory back. The contents never change, so readers see the same bytes
 /// throughout. The thread stops early when the weights are dropped, which wakes it and waits for
@@ -519,6 +524,23 @@ mod tests {
         drop(huge);
         assert_eq!(done.load(Ordering::SeqCst), 0);
         drop(reading);
+    }
+
+    /// Every model's collapse waits on the process's activity, which the guard of a load or a
+    /// forward pass ([`reading`]) marks, whichever model it is for: a collapse that waited only
+    /// for its own model ran freely through another model's load (1.7-4.4 s instead of 0.2 s in
+    /// the daemon). Other tests' forward passes only lengthen the wait, so the bound holds.
+    #[test]
+    fn any_reading_in_the_process_holds_back_every_collapse() {
+        let (go, pause) = (AtomicBool::new(false), Duration::from_millis(200));
+        let other_model = reading();
+        let t = Instant::now();
+        assert!(wait_turn(&PROCESS, &go, t, pause, true));
+        assert!(
+            t.elapsed() >= pause,
+            "a collapse ran while the process read weights"
+        );
+        drop(other_model);
     }
 
     /// A wait for a turn ends after `pause`, or early once the model has been idle for `QUIET`
