@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before it parks (overridable with `OLLAMARS_SPIN_US`).
 const DEFAULT_SPIN: Duration = Duration::from_micros(2000);
+/// Steps running now, in every pool of the process. A worker waiting for its own pool's next
+/// step parks at once while another pool runs one: with two models generating at the same time
+/// (two daemon runners, each with a pool of one thread per core), each pool's waiting workers
+/// would otherwise spin on the cores the other's step needs. One model alone is unchanged: the
+/// only step then is its own pool's ([`Shared::stepping`]).
+static STEPPING: AtomicUsize = AtomicUsize::new(0);
 /// Independent work counters per step (one per phase that hands out chunks).
 const COUNTERS: usize = 8;
 /// The bit of `Shared::gate` that closes an elastic step to late workers.
@@ -55,6 +61,9 @@ struct Shared {
     barrier: Barrier,
     panicked: AtomicBool,
     sleepers: AtomicUsize,
+    /// 1 while this pool's caller runs a step (counted in [`STEPPING`] too): a worker done with
+    /// its part of the step waits for the next one without taking it for another pool's.
+    stepping: AtomicUsize,
     sleep: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
@@ -116,6 +125,7 @@ impl ThreadPool {
             barrier: Barrier::new(n),
             panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
+            stepping: AtomicUsize::new(0),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -188,6 +198,9 @@ impl ThreadPool {
         s.epoch
             .0
             .store((e & !1) + 2 + usize::from(elastic), Ordering::SeqCst);
+        // After the epoch: this pool's own waiting workers see the step before they see this.
+        s.stepping.store(1, Ordering::SeqCst);
+        STEPPING.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -195,6 +208,8 @@ impl ThreadPool {
         struct Finish<'a>(&'a Shared);
         impl Drop for Finish<'_> {
             fn drop(&mut self) {
+                STEPPING.fetch_sub(1, Ordering::SeqCst);
+                self.0.stepping.store(0, Ordering::SeqCst);
                 let mut spins = 0u32;
                 while self.0.remaining.0.load(Ordering::Acquire) != 0 {
                     spin_or_yield(&mut spins);
@@ -411,7 +426,10 @@ fn worker_loop(s: &Shared, index: usize) {
             }
             spins += 1;
             std::hint::spin_loop();
-            if spins.is_multiple_of(256) && start.elapsed() >= s.spin {
+            if spins.is_multiple_of(256)
+                && (start.elapsed() >= s.spin
+                    || STEPPING.load(Ordering::Relaxed) > s.stepping.load(Ordering::Relaxed))
+            {
                 s.sleepers.fetch_add(1, Ordering::SeqCst);
                 let mut g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 while s.epoch.0.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
@@ -665,6 +683,33 @@ mod tests {
             })
         });
         assert_eq!(total.load(Ordering::Relaxed), 20);
+    }
+
+    /// A worker waiting for its pool's next step parks as soon as another pool runs one (two
+    /// models generating at once) instead of spinning out its time; steps of other tests only
+    /// make it park sooner.
+    #[test]
+    fn waiting_workers_park_while_another_pool_steps() {
+        let a = ThreadPool::with_spin(2, Duration::from_secs(600)).unwrap();
+        a.for_each_chunk(4, 1, |_| {});
+        let b = ThreadPool::with_spin(2, Duration::from_secs(600)).unwrap();
+        let parked = AtomicBool::new(false);
+        b.run(|w| {
+            if w.index == 0 {
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(5) && !parked.load(Ordering::SeqCst) {
+                    parked.store(a.shared.sleepers.load(Ordering::SeqCst) == 1, Ordering::SeqCst);
+                }
+            }
+        });
+        assert!(parked.load(Ordering::SeqCst), "a's worker spun through b's step");
+        let count = AtomicUsize::new(0);
+        a.run(|_| _ = count.fetch_add(1, Ordering::Relaxed));
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            2,
+            "a's parked worker woke for its step"
+        );
     }
 
     #[test]
