@@ -201,7 +201,8 @@ impl ThreadPool {
         s.epoch
             .0
             .store((e & !1) + 2 + usize::from(elastic), Ordering::SeqCst);
-        // After the epoch: this pool's own waiting workers see the step before they see this.
+        // The flag before the count (and the count's decrement before the flag's clearing): a
+        // waiting worker of this pool never sees its own step counted as another pool's.
         s.stepping.store(1, Ordering::SeqCst);
         STEPPING.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {

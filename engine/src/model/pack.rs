@@ -277,7 +277,7 @@ impl Activity {
     }
 }
 
-/// The model reads its weights while this lives ([`reading`]).
+/// The process reads (or loads) model weights while this lives ([`reading`]).
 pub struct Reading<'a>(&'a Activity);
 
 impl Drop for Reading<'_> {
@@ -290,9 +290,9 @@ impl Drop for Reading<'_> {
 
 /// A thread that collapses the packed weights' 4 KiB pages into huge pages
 /// (`MADV_COLLAPSE`, Linux 6.1 and later), 2 MiB at a time: freely once every model in the
-/// process has been idle for [`QUIET`], a small share of a core while one runs ([`wait_turn`]). For Gemma 3 270M's 234 MB
-/// that is 0.5 s to 3 s of one core on this project's VM, depending on how long ago the host
-/// took its free memory back. The contents never change, so readers see the same bytes
+/// process has been idle for [`QUIET`], a small share of a core while one runs ([`wait_turn`]).
+/// For Gemma 3 270M's 234 MB that is 0.5 s to 3 s of one core on this project's VM, depending on
+/// how long ago the host took its free memory back. The contents never change, so readers see the same bytes
 /// throughout. The thread stops early when the weights are dropped, which wakes it and waits for
 /// it: the mapping outlives it.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
