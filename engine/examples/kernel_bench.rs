@@ -12,7 +12,8 @@
 //! packed matrices per type (545-1030 MB, well past this VM's 260 MiB L3), run token by token as
 //! the model runs them (fused Q/K/V, output, fused gate/up, down) at 1 and 2 threads, next to the
 //! `membw` probe (run from the same folder) at the same thread count. `HUGE=1` backs the weights
-//! with transparent huge pages; `TYPES=q4_0,q6_k` picks types, `THREADS=1,2` thread counts.
+//! with transparent huge pages; `TYPES=q4_0,q6_k` picks types, `THREADS=1,2` thread counts,
+//! `TOKENS=2` tokens per step (a daemon's parallel slots decode one token each in one step).
 
 use std::time::Instant;
 
@@ -151,6 +152,7 @@ fn stream(isa: Isa) {
     ];
     let types = std::env::var("TYPES").unwrap_or_else(|_| "q4_0,q4_k,q6_k,q8_0".into());
     let huge = std::env::var("HUGE").is_ok_and(|v| v != "0");
+    let n_tok: usize = std::env::var("TOKENS").map_or(1, |v| v.parse().expect("TOKENS: a number"));
     for name in types.split(',') {
         let ty = GgmlType::from_name(name.trim()).unwrap_or_else(|| panic!("TYPES: unknown type {name}"));
         // One packed prototype per shape, copied into every layer (the layout is per matrix).
@@ -189,13 +191,16 @@ fn stream(isa: Isa) {
         }
         let at_ty = vec_dot_type(ty);
         let act = |n: usize| {
-            let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
-            let mut xq = vec![0u8; at_ty.row_bytes(n as u64).unwrap() as usize];
-            quantize_act(isa, at_ty, &x, &mut xq);
+            let arb = at_ty.row_bytes(n as u64).unwrap() as usize;
+            let mut xq = vec![0u8; arb * n_tok];
+            for (t, row) in xq.chunks_exact_mut(arb).enumerate() {
+                let x: Vec<f32> = (0..n).map(|i| ((i + 7 * t) as f32 * 0.37).sin()).collect();
+                quantize_act(isa, at_ty, &x, row);
+            }
             xq
         };
         let (x_dim, x_ffn) = (act(2048), act(5632));
-        let mut outs: Vec<Vec<f32>> = shapes.iter().map(|&(_, rows)| vec![0f32; rows]).collect();
+        let mut outs: Vec<Vec<f32>> = shapes.iter().map(|&(_, rows)| vec![0f32; rows * n_tok]).collect();
         let counts = std::env::var("THREADS").unwrap_or_else(|_| "1,2".into());
         for threads in counts
             .split(',')
@@ -212,18 +217,18 @@ fn stream(isa: Isa) {
                         };
                         let mut qkv =
                             [(l[0], q), (l[1], k), (l[2], v)].map(|(w, out)| Product { w, xq: &x_dim, out });
-                        matmul_many(&pool, isa, 1, &mut qkv);
-                        matmul(&pool, isa, &l[3], &x_dim, 1, o);
+                        matmul_many(&pool, isa, n_tok, &mut qkv);
+                        matmul(&pool, isa, &l[3], &x_dim, n_tok, o);
                         let mut gu = [(l[4], g), (l[5], u)].map(|(w, out)| Product { w, xq: &x_dim, out });
-                        matmul_many(&pool, isa, 1, &mut gu);
-                        matmul(&pool, isa, &l[6], &x_ffn, 1, d);
+                        matmul_many(&pool, isa, n_tok, &mut gu);
+                        matmul(&pool, isa, &l[6], &x_ffn, n_tok, d);
                     }
                 },
                 9,
             );
             let gbs = data.len() as f64 / t / 1e9;
             println!(
-                "stream {ty:5} {:6.1} MB {}, {threads} thread(s): {:7.2} ms/token {gbs:6.1} GB/s, membw probe {bw} GB/s",
+                "stream {ty:5} {:6.1} MB {}, {threads} thread(s), {n_tok} token(s): {:7.2} ms/step {gbs:6.1} GB/s, membw probe {bw} GB/s",
                 data.len() as f64 / 1e6,
                 if huge { "huge pages" } else { "4 KiB pages" },
                 t * 1e3,

@@ -572,10 +572,15 @@ mod tests {
                 // use the 8-, 4- and 1-token tiles; 48 rows: pairs of groups and single ones in
                 // batches, single groups in decode; 760 rows: decode chunks of 2 groups on 2
                 // threads and a last chunk of one group and an 8-row row-major tail.
-                for n_out in [48, 760] {
-                    // The AMX tier's Q6_K batches: a pair of 16-token tiles, one tile and 13
-                    // tokens past them.
-                    let n_tokens = if isa == Isa::Amx { 61 } else { 13 };
+                // The AMX tier's Q6_K: 13 tokens stay off the tiles; 125 go on them (3 pairs of
+                // 16-token tiles, one tile and 13 tokens past them).
+                #[cfg(target_arch = "x86_64")]
+                const _: () = assert!(crate::kernels::x86::amx::MIN_TOKENS <= 112);
+                let counts: &[usize] = if isa == Isa::Amx { &[13, 125] } else { &[13] };
+                for (n_out, &n_tokens) in [48, 760]
+                    .into_iter()
+                    .flat_map(|n| counts.iter().map(move |c| (n, c)))
+                {
                     let n = 5 * ty.block_size() as usize;
                     let (data, packed_rows) = packed_copy(ty, n, &random_rows(&mut rng, ty, n, n_out));
                     let w = matrix(ty, n, &data, packed_rows);
@@ -629,6 +634,7 @@ mod tests {
     /// (q 0, scale -128), -4064 (q 0, scale 127), -3968 (q 63, scale -128) and 3937 (q 63,
     /// scale 127), against activations at -128 and 127, in tiles of tokens and in decode.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn amx_q6k_extremes_match_reference() {
         if !Isa::Amx.is_supported() {
             return;
@@ -648,7 +654,8 @@ mod tests {
         let (pk, packed_rows) = packed_copy(ty, n, &data);
         let w = matrix(ty, n, &pk, packed_rows);
         let pool = ThreadPool::new(2).unwrap();
-        for n_tokens in [1, 35] {
+        // Decode, a batch off the tiles, and one on them with 3 tokens past its last tile.
+        for n_tokens in [1, 35, crate::kernels::x86::amx::MIN_TOKENS + 3] {
             // Q8_K: f32 d, qs[256], bsums[16] (i16 sums of 16 quants).
             let mut xq = Vec::new();
             for t in 0..n_tokens {

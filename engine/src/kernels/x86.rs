@@ -1824,6 +1824,11 @@ trait SbType {
     /// then the sub-block sums times the small integer scales (exact in f32, like llama.cpp's
     /// integer `Σ sc·sum`) are multiplied by `d_row · d_token` once per super-block.
     const ROW_D: bool;
+    /// Whether a super-block's sum is the exact integer `Σ sc · Σ q · a` ([`SbType::int_scale`]
+    /// times each sub-block's integer sum, in i32), converted once and scaled by the row's
+    /// super-block scale ([`SbType::row_d`], so `ROW_D` too), then the token's: the AMX tier's
+    /// Q6_K, whose tiles sum whole super-blocks ([`PkQ6KInt`]).
+    const INT_SUM: bool = false;
     type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
@@ -1836,6 +1841,11 @@ trait SbType {
     #[inline(always)]
     unsafe fn row_d(_st: &Self::St) -> __m512 {
         _mm512_setzero_ps()
+    }
+    /// The rows' integer scales of sub-block `j` (with `INT_SUM`).
+    #[inline(always)]
+    unsafe fn int_scale(_t: *const u8, _j: usize) -> __m512i {
+        _mm512_setzero_si512()
     }
     /// Sub-block `j`'s values as `STEPS` 64-byte steps of unsigned bytes, in `w[..STEPS]`.
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]);
@@ -1856,7 +1866,7 @@ trait SbType {
         }
         _mm512_add_epi32(even, odd)
     }
-    /// Bytes of one unpacked tile: per sub-block the rows' f32 scales, then (with MIN) their
+    /// Bytes of one unpacked tile: per sub-block the rows' f32 scales (i32 with INT_SUM), then (with MIN) their
     /// f32 mins, then (with ROW_D) the rows' f32 super-block scale, then the values as `STEPS`
     /// steps per sub-block.
     const UNPACKED: usize = Self::VALS + Self::SUBS * Self::STEPS * 64;
@@ -1893,6 +1903,41 @@ impl SbType for PkQ6K {
         w[1] = _mm512_or_si512(a1, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m));
         w[2] = _mm512_or_si512(a2, _mm512_and_si512(qh, m));
         w[3] = _mm512_or_si512(a3, _mm512_and_si512(_mm512_srli_epi16(qh, 2), m));
+    }
+}
+
+/// Q6_K as the AMX tier sums it ([`SbType::INT_SUM`]): the tokens its tiles do not take
+/// (decode, short batches, a batch's last tokens) get the tiles' bits.
+pub(super) struct PkQ6KInt;
+
+impl SbType for PkQ6KInt {
+    const TILE: usize = PkQ6K::TILE;
+    const SUBS: usize = PkQ6K::SUBS;
+    const STEPS: usize = PkQ6K::STEPS;
+    const OFF: bool = true;
+    const MIN: bool = false;
+    const ROW_D: bool = true;
+    const INT_SUM: bool = true;
+    type St = __m512;
+    #[inline(always)]
+    unsafe fn state(t: *const u8) -> __m512 {
+        d16(t)
+    }
+    #[inline(always)]
+    unsafe fn scale(_d: &__m512, t: *const u8, j: usize) -> __m512 {
+        _mm512_cvtepi32_ps(Self::int_scale(t, j))
+    }
+    #[inline(always)]
+    unsafe fn row_d(d: &__m512) -> __m512 {
+        *d
+    }
+    #[inline(always)]
+    unsafe fn int_scale(t: *const u8, j: usize) -> __m512i {
+        _mm512_cvtepi8_epi32(ld128(t.add(32 + 16 * j)))
+    }
+    #[inline(always)]
+    unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {
+        PkQ6K::steps(t, j, w);
     }
 }
 
@@ -2237,7 +2282,11 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
             _mm512_storeu_ps(bp.add(T::ROW_D_AT) as *mut f32, T::row_d(&st));
         }
         for j in 0..T::SUBS {
-            _mm512_storeu_ps(bp.add(64 * j) as *mut f32, T::scale(&st, tp, j));
+            if T::INT_SUM {
+                _mm512_storeu_si512(bp.add(64 * j) as *mut _, T::int_scale(tp, j));
+            } else {
+                _mm512_storeu_ps(bp.add(64 * j) as *mut f32, T::scale(&st, tp, j));
+            }
             if T::MIN {
                 _mm512_storeu_ps(bp.add(64 * (T::SUBS + j)) as *mut f32, T::min(&st, tp, j));
             }
@@ -2281,6 +2330,7 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
             st[r] = T::state(tp[r]);
         }
         let mut accs = [_mm512_setzero_ps(); R];
+        let mut isum = [_mm512_setzero_si512(); R];
         for j in 0..T::SUBS {
             for p in tp {
                 prefetch_part::<T, R>(p, j, tile * T::TILE, groups);
@@ -2296,6 +2346,12 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
             for r in 0..R {
                 acci[r] = T::dot_packed(tp[r], j, arow.add(qo), init);
             }
+            if T::INT_SUM {
+                for r in 0..R {
+                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(acci[r], T::int_scale(tp[r], j)));
+                }
+                continue;
+            }
             for r in 0..R {
                 let (s, m) = (T::scale(&st[r], tp[r], j), T::min(&st[r], tp[r], j));
                 accs[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r]), s, accs[r]);
@@ -2306,6 +2362,13 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
         }
         // Q8_K has one scale per super-block: the same for all its sub-blocks.
         let d = _mm512_set1_ps(*sd.add(t * n_sub + tile * T::SUBS));
+        if T::INT_SUM {
+            for r in 0..R {
+                let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), T::row_d(&st[r]));
+                accf[r] = _mm512_fmadd_ps(x, d, accf[r]);
+            }
+            continue;
+        }
         for r in 0..R {
             let d = if T::ROW_D {
                 _mm512_mul_ps(T::row_d(&st[r]), d)
@@ -2352,6 +2415,7 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
     for tile in tiles {
         let tp = src.add((tile - first) * T::UNPACKED);
         let mut accs = [[_mm512_setzero_ps(); C]; R];
+        let mut isum = [[_mm512_setzero_si512(); C]; R];
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
@@ -2374,6 +2438,15 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
                     }
                 }
             }
+            if T::INT_SUM {
+                for r in 0..R {
+                    let s = ld512(tp.add(r * stride + 64 * j));
+                    for c in 0..C {
+                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_mullo_epi32(acci[r][c], s));
+                    }
+                }
+                continue;
+            }
             for r in 0..R {
                 let s = _mm512_loadu_ps(tp.add(r * stride + 64 * j) as *const f32);
                 for c in 0..C {
@@ -2391,6 +2464,12 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
         for c in 0..C {
             let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
             for r in 0..R {
+                if T::INT_SUM {
+                    let dr = _mm512_loadu_ps(tp.add(r * stride + T::ROW_D_AT) as *const f32);
+                    let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][c]), dr);
+                    accf[r][c] = _mm512_fmadd_ps(x, d, accf[r][c]);
+                    continue;
+                }
                 let d = if T::ROW_D {
                     _mm512_mul_ps(_mm512_loadu_ps(tp.add(r * stride + T::ROW_D_AT) as *const f32), d)
                 } else {
@@ -2539,6 +2618,33 @@ pub(super) unsafe fn packed_pair_avx512(
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
         }
+    }
+}
+
+/// The AMX tier's Q6_K: `n_groups` (1 or 2) packed groups from `group`, `gstride` apart (rows
+/// to `out + 16 r`), against `tokens` that its tiles do not take, with the tiles' integer sums
+/// and float steps ([`PkQ6KInt`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn packed_q6k_int(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    n_groups: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    match n_groups {
+        2 if tokens.len() >= UNPACK_MIN_TOKENS => {
+            sb_body_pair::<PkQ6KInt>(g, group, gstride, tokens, out, os)
+        }
+        2 => {
+            for t in tokens {
+                sb_decode::<PkQ6KInt, 2>(g, group, gstride, t, out, os);
+            }
+        }
+        _ => sb_body::<PkQ6KInt>(g, group, tokens, out, os),
     }
 }
 

@@ -10,10 +10,11 @@
 //! `d_row`, then `d_token`. A packed step (64 bytes: four elements of a group's 16 rows, see
 //! `kernels::packed`) is exactly a row of `tdpbssd`'s B operand, so 16 steps are a B tile.
 //!
-//! Decode and the tokens past the last whole tile of 16 take [`decode`], which computes the
-//! same integer per super-block with AVX-512 (`vpdpbusd` per sub-block, times the scale in
-//! i32) and the same float steps in the same order: a token gets the same bits alone or in a
-//! batch, as on every tier.
+//! The tiles take whole tiles of 16 tokens of batches of at least [`MIN_TOKENS`]; the other
+//! tokens (decode, short batches, the tokens past the last whole tile) go through the AVX-512
+//! super-block kernels with `PkQ6KInt`, which compute the same integer per super-block
+//! (`vpdpbusd` per sub-block, times the scale in i32) and the same float steps in the same
+//! order: a token gets the same bits alone or in a batch, as on every tier.
 //!
 //! Stable Rust has no AMX intrinsics: the tile instructions are `asm!`. Linux hands a process
 //! the tile state only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), made once by
@@ -23,7 +24,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{d16, ld128, prefetch_part, unpacked_group, Groups, PkArgs, PkQ6K, SbType};
+use super::{d16, ld128, packed_q6k_int, unpacked_group, PkArgs, PkQ6K, SbType};
 
 /// Whether this CPU has AMX-INT8 and the OS lets this process use the tiles.
 pub(in crate::kernels) fn available() -> bool {
@@ -78,6 +79,21 @@ const CHUNK: usize = 2;
 /// Tokens a call takes at most (`matmul`'s token block).
 pub(in crate::kernels) const MAX_TOKENS: usize = 128;
 
+/// Smallest batch whose whole tiles of 16 tokens go on the tiles. Below it the AVX-512
+/// kernels with the tiles' sums are faster: whole forward passes of a 1.1B Q6_K model
+/// (`ollamars bench -p N -n 0`, 2 threads) ran 0.82-0.95x as fast with 48-80-token batches on
+/// the tiles, the same at 96 and 1.10x at 112.
+pub(in crate::kernels) const MIN_TOKENS: usize = 96;
+
+/// How many of a call's `n` tokens (from its first) go on the tiles.
+fn on_tiles(n: usize) -> usize {
+    if n >= MIN_TOKENS {
+        n / TOKENS * TOKENS
+    } else {
+        0
+    }
+}
+
 /// The f32 sums of a group's 16 rows for each token of a call (16 floats a token): written
 /// out once at the end. Consecutive tokens' output rows lie a matrix height apart, which maps
 /// them to one or two L1 sets; updating them per super-block missed L1 every time.
@@ -117,7 +133,7 @@ thread_local! {
 /// # Safety
 /// `g` describes Q8_K activations of a Q6_K product (as for [`packed_q6k`]), `tokens` within it.
 pub(in crate::kernels) unsafe fn pack_act(g: &PkArgs, tokens: std::ops::Range<usize>) -> Act {
-    let n_tt = tokens.len() / TOKENS;
+    let n_tt = on_tiles(tokens.len()) / TOKENS;
     let bytes = g.n_tiles * n_tt * TOKENS * ACT_ROW;
     let base = ACT.with(|cell| {
         let mut buf = cell.borrow_mut();
@@ -378,60 +394,9 @@ unsafe fn scale_sums(g: &PkArgs, p: Pending, sums: &Sums, acc: &mut Acc, t_base:
     }
 }
 
-/// One token against `R` packed Q6_K groups (group `r` at `src + r * gstride`, its rows to
-/// `out + 16 r`), from the packed tiles: decode, and the tokens of a batch past its last tile
-/// of 16. Per super-block the integer `Σ sc · Σ (q - 32) · a` of the tile products (each
-/// sub-block's `vpdpbusd` sum, started at `-32 · Σa`, times its scale in i32), then the same
-/// float step: the same bits as a token in a tile.
-#[inline(always)]
-unsafe fn decode<const R: usize>(
-    g: &PkArgs,
-    src: *const u8,
-    gstride: usize,
-    t: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    let n_sub = g.side.n_sub;
-    let (sd, so, qoff) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.qoff.as_ptr());
-    let arow = g.xq.as_ptr().add(t * g.row_bytes);
-    let groups = Groups {
-        bytes: g.n_tiles * PkQ6K::TILE,
-        stride: gstride,
-    };
-    let mut accf = [_mm512_setzero_ps(); R];
-    for tile in 0..g.n_tiles {
-        let mut tp = [src; R];
-        for (r, tp) in tp.iter_mut().enumerate() {
-            *tp = src.add(r * gstride + tile * PkQ6K::TILE);
-        }
-        let mut isum = [_mm512_setzero_si512(); R];
-        for j in 0..PkQ6K::SUBS {
-            for p in tp {
-                prefetch_part::<PkQ6K, R>(p, j, tile * PkQ6K::TILE, groups);
-            }
-            let js = tile * PkQ6K::SUBS + j;
-            let qo = *qoff.add(js) as usize;
-            let init = _mm512_set1_epi32(*so.add(t * n_sub + js));
-            for r in 0..R {
-                let acci = PkQ6K::dot_packed(tp[r], j, arow.add(qo), init);
-                let sc = _mm512_cvtepi8_epi32(ld128(tp[r].add(32 + 16 * j)));
-                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(acci, sc));
-            }
-        }
-        let dt = _mm512_set1_ps(*sd.add(t * n_sub + tile * PkQ6K::SUBS));
-        for r in 0..R {
-            let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), d16(tp[r]));
-            accf[r] = _mm512_fmadd_ps(x, dt, accf[r]);
-        }
-    }
-    for (r, acc) in accf.iter().enumerate() {
-        _mm512_storeu_ps(out.add(t * os + 16 * r), *acc);
-    }
-}
-
 /// `n_groups` (1 or 2) packed Q6_K groups from `group`, `gstride` apart (rows to `out + 16 r`),
-/// against `tokens`: tiles of 16 tokens on AMX, the rest through [`decode`].
+/// against `tokens`: whole tiles of 16 tokens on AMX ([`on_tiles`]), the rest through
+/// `packed_q6k_int`.
 ///
 /// # Safety
 /// [`available`] returned true, the CPU has the AVX-512 tier, and the arguments describe
@@ -452,7 +417,7 @@ pub(in crate::kernels) unsafe fn packed_q6k(
         tokens.len() <= MAX_TOKENS,
         "at most {MAX_TOKENS} tokens at a time"
     );
-    let whole = tokens.len() / TOKENS * TOKENS;
+    let whole = on_tiles(tokens.len());
     if whole > 0 {
         let buf = unpacked_group(CHUNK * UNPACKED);
         // Made once per thread: zeroing 16 KiB per call was 1.3% of a prompt.
@@ -522,11 +487,15 @@ pub(in crate::kernels) unsafe fn packed_q6k(
         }
         asm!("tilerelease", options(nostack, nomem));
     }
-    for t in tokens.start + whole..tokens.end {
-        if n_groups == 2 {
-            decode::<2>(g, group, gstride, t, out, os);
-        } else {
-            decode::<1>(g, group, gstride, t, out, os);
-        }
+    if whole < tokens.len() {
+        packed_q6k_int(
+            g,
+            group,
+            gstride,
+            n_groups,
+            tokens.start + whole..tokens.end,
+            out,
+            os,
+        );
     }
 }
