@@ -557,7 +557,8 @@ mod tests {
     }
 
     /// A token's packed product is the same, bit for bit, alone (decode's one-column kernels)
-    /// and inside a batch (the multi-column tiles): decode and prefill never disagree.
+    /// and inside a batch (the multi-column tiles, or a few tokens decoded together): decode and
+    /// prefill never disagree, nor does a slot decoding beside others.
     #[test]
     fn packed_decode_matches_batch_bitwise() {
         use crate::kernels::packed;
@@ -572,11 +573,16 @@ mod tests {
                 // use the 8-, 4- and 1-token tiles; 48 rows: pairs of groups and single ones in
                 // batches, single groups in decode; 760 rows: decode chunks of 2 groups on 2
                 // threads and a last chunk of one group and an 8-row row-major tail.
-                // The AMX tier's Q6_K: 13 tokens stay off the tiles; 125 go on them (3 pairs of
-                // 16-token tiles, one tile and 13 tokens past them).
+                // 2 and 3 tokens: a few slots decoding together, two tokens per pass over a
+                // group. The AMX tier's Q6_K: 13 tokens stay off the tiles; 125 go on them (3
+                // pairs of 16-token tiles, one tile and 13 tokens past them).
                 #[cfg(target_arch = "x86_64")]
                 const _: () = assert!(crate::kernels::x86::amx::MIN_TOKENS <= 112);
-                let counts: &[usize] = if isa == Isa::Amx { &[13, 125] } else { &[13] };
+                let counts: &[usize] = if isa == Isa::Amx {
+                    &[2, 3, 13, 125]
+                } else {
+                    &[2, 3, 13]
+                };
                 for (n_out, &n_tokens) in [48, 760]
                     .into_iter()
                     .flat_map(|n| counts.iter().map(move |c| (n, c)))

@@ -1622,18 +1622,20 @@ fn next_stream<const R: usize>(p: *const u8, at: usize, groups: Groups) -> *cons
     }
 }
 
-/// One token (decode) against `R` packed groups (group `r` at `group + r * gstride`, its rows
-/// to `out + 16 r`). Per group and block the float steps are [`packed_tile512`]'s, in its
-/// order; only the integer sum is split into two chains (even and odd steps) that are added at
-/// the end: the same integer, so decode keeps the batch kernels' bits. With one chain a block's
-/// `vpdpbusd`s wait on each other (~5 cycles each); two chains per group and `R` groups per
-/// activation broadcast give the core independent work while it waits for memory.
+/// `C` tokens from `t0` (decode: one; a daemon's parallel slots: one per slot) against `R`
+/// packed groups (group `r` at `group + r * gstride`, its rows to `out + 16 r`), from the packed
+/// tiles, each group's values unpacked once for all `C` tokens. Per group, token and block the
+/// float steps are [`packed_tile512`]'s, in its order; the integer sums only go in another
+/// order (one token's in two chains, even and odd steps, added at the end): the same integers,
+/// so decode keeps the batch kernels' bits. With one chain a block's `vpdpbusd`s wait on each
+/// other (~5 cycles each); two chains per group and `R` groups per activation broadcast (or
+/// `C` tokens) give the core independent work while it waits for memory.
 #[inline(always)]
-unsafe fn packed_decode512<T: Pk512, const R: usize>(
+unsafe fn packed_decode512<T: Pk512, const R: usize, const C: usize>(
     g: &PkArgs,
     group: *const u8,
     gstride: usize,
-    t: usize,
+    t0: usize,
     out: *mut f32,
     os: usize,
 ) {
@@ -1641,12 +1643,12 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
     let n_sub = g.side.n_sub;
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
-    let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
     let groups = Groups {
         bytes: g.n_tiles * T::TILE,
         stride: gstride,
     };
-    let mut accf = [_mm512_setzero_ps(); R];
+    let mut accf = [[_mm512_setzero_ps(); C]; R];
     let mut w = [[_mm512_setzero_si512(); 8]; R];
     for tile in 0..g.n_tiles {
         // Plain loops, not `array::from_fn`: a closure's body would not get this function's
@@ -1665,35 +1667,55 @@ unsafe fn packed_decode512<T: Pk512, const R: usize>(
             for r in 0..R {
                 T::steps(tp[r], j, &mut w[r]);
             }
-            let init = if T::OFF != 0 {
-                _mm512_set1_epi32(*so.add(t * n_sub + js))
-            } else {
-                _mm512_setzero_si512()
-            };
-            let (mut even, mut odd) = ([init; R], [_mm512_setzero_si512(); R]);
-            let qo = *qoff.add(js) as usize;
-            for k in (0..T::SUB / 4).step_by(2) {
-                let a0 = _mm512_set1_epi32((arow.add(qo + 4 * k) as *const i32).read_unaligned());
-                let a1 = _mm512_set1_epi32((arow.add(qo + 4 * k + 4) as *const i32).read_unaligned());
-                for r in 0..R {
-                    even[r] = _mm512_dpbusd_epi32(even[r], w[r][k], a0);
-                    odd[r] = _mm512_dpbusd_epi32(odd[r], w[r][k + 1], a1);
+            let mut init = [_mm512_setzero_si512(); C];
+            if T::OFF != 0 {
+                for (c, init) in init.iter_mut().enumerate() {
+                    *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
                 }
             }
-            let d = _mm512_set1_ps(*sd.add(t * n_sub + js));
-            for r in 0..R {
-                let acci = _mm512_add_epi32(even[r], odd[r]);
-                let s = T::scale(&st[r], j);
-                accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci), _mm512_mul_ps(s, d), accf[r]);
-                if T::MIN {
-                    let m = _mm512_set1_ps(*sm.add(t * n_sub + js));
-                    accf[r] = _mm512_fmadd_ps(T::min(tp[r]), m, accf[r]);
+            let qo = *qoff.add(js) as usize;
+            let mut acci = [init; R];
+            if C == 1 {
+                let (mut even, mut odd) = ([init[0]; R], [_mm512_setzero_si512(); R]);
+                for k in (0..T::SUB / 4).step_by(2) {
+                    let a0 = _mm512_set1_epi32((arow[0].add(qo + 4 * k) as *const i32).read_unaligned());
+                    let a1 = _mm512_set1_epi32((arow[0].add(qo + 4 * k + 4) as *const i32).read_unaligned());
+                    for r in 0..R {
+                        even[r] = _mm512_dpbusd_epi32(even[r], w[r][k], a0);
+                        odd[r] = _mm512_dpbusd_epi32(odd[r], w[r][k + 1], a1);
+                    }
+                }
+                for r in 0..R {
+                    acci[r][0] = _mm512_add_epi32(even[r], odd[r]);
+                }
+            } else {
+                for k in 0..T::SUB / 4 {
+                    for c in 0..C {
+                        let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
+                        for r in 0..R {
+                            acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r][k], a);
+                        }
+                    }
+                }
+            }
+            for c in 0..C {
+                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
+                for r in 0..R {
+                    let s = T::scale(&st[r], j);
+                    accf[r][c] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), _mm512_mul_ps(s, d), accf[r][c]);
+                    if T::MIN {
+                        let m = _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js));
+                        accf[r][c] = _mm512_fmadd_ps(T::min(tp[r]), m, accf[r][c]);
+                    }
                 }
             }
         }
     }
     for (r, acc) in accf.iter().enumerate() {
-        _mm512_storeu_ps(out.add(t * os + 16 * r), *acc);
+        for (c, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add((t0 + c) * os + 16 * r), *acc);
+        }
     }
 }
 
@@ -1760,13 +1782,14 @@ unsafe fn packed_body512<T: Pk512>(
         packed_tile512::<T, 8>(g, group, t, out, os);
         t += 8;
     }
-    if t + 4 <= tokens.end {
-        packed_tile512::<T, 4>(g, group, t, out, os);
-        t += 4;
-    }
     while t < tokens.end {
-        packed_decode512::<T, 1>(g, group, 0, t, out, os);
-        t += 1;
+        let c = few(tokens.end - t);
+        match c {
+            3 => packed_decode512::<T, 1, 3>(g, group, 0, t, out, os),
+            2 => packed_decode512::<T, 1, 2>(g, group, 0, t, out, os),
+            _ => packed_decode512::<T, 1, 1>(g, group, 0, t, out, os),
+        }
+        t += c;
     }
 }
 
@@ -2298,29 +2321,30 @@ unsafe fn sb_unpack<T: SbType>(group: *const u8, n_tiles: usize, buf: *mut u8) {
     }
 }
 
-/// One token (decode) against `R` packed groups (group `r` at `src + r * gstride`, its rows to
-/// `out + 16 r`), from the packed tiles: decode and batches too short to unpack for. Per token
-/// and row the integer and float steps are [`sb_tile_rows`]'s, in its order (`dot_packed` only
-/// splits the integer sums), so both paths give the same bits; `R` groups share each
-/// activation load and give the core independent chains.
+/// `C` tokens from `t0` against `R` packed groups (group `r` at `src + r * gstride`, its rows to
+/// `out + 16 r`), from the packed tiles, each sub-block's values unpacked once for all `C`
+/// tokens: decode and batches too short to unpack a group for. Per token and row the integer
+/// and float steps are [`sb_tile_rows`]'s, in its order (`dot_packed` only splits one token's
+/// integer sums), so both paths give the same bits; `R` groups share each activation load and
+/// give the core independent chains.
 #[inline(always)]
-unsafe fn sb_decode<T: SbType, const R: usize>(
+unsafe fn sb_decode<T: SbType, const R: usize, const C: usize>(
     g: &PkArgs,
     src: *const u8,
     gstride: usize,
-    t: usize,
+    t0: usize,
     out: *mut f32,
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
-    let arow = g.xq.as_ptr().add(t * g.row_bytes);
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
     let groups = Groups {
         bytes: g.n_tiles * T::TILE,
         stride: gstride,
     };
-    let mut accf = [_mm512_setzero_ps(); R];
+    let mut accf = [[_mm512_setzero_ps(); C]; R];
     for tile in 0..g.n_tiles {
         // Plain loops, not `array::from_fn`: a closure's body would not get this function's
         // target features.
@@ -2329,57 +2353,81 @@ unsafe fn sb_decode<T: SbType, const R: usize>(
         for r in 1..R {
             st[r] = T::state(tp[r]);
         }
-        let mut accs = [_mm512_setzero_ps(); R];
-        let mut isum = [_mm512_setzero_si512(); R];
+        let mut accs = [[_mm512_setzero_ps(); C]; R];
+        let mut isum = [[_mm512_setzero_si512(); C]; R];
         for j in 0..T::SUBS {
             for p in tp {
                 prefetch_part::<T, R>(p, j, tile * T::TILE, groups);
             }
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
-            let init = if T::OFF {
-                _mm512_set1_epi32(*so.add(t * n_sub + js))
-            } else {
-                _mm512_setzero_si512()
-            };
+            let mut init = [_mm512_setzero_si512(); C];
+            if T::OFF {
+                for (c, init) in init.iter_mut().enumerate() {
+                    *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
+                }
+            }
             let mut acci = [init; R];
-            for r in 0..R {
-                acci[r] = T::dot_packed(tp[r], j, arow.add(qo), init);
+            if C == 1 {
+                for r in 0..R {
+                    acci[r][0] = T::dot_packed(tp[r], j, arow[0].add(qo), init[0]);
+                }
+            } else {
+                let mut w = [[_mm512_setzero_si512(); 8]; R];
+                for r in 0..R {
+                    T::steps(tp[r], j, &mut w[r]);
+                }
+                for k in 0..T::STEPS {
+                    for c in 0..C {
+                        let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
+                        for r in 0..R {
+                            acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r][k], a);
+                        }
+                    }
+                }
             }
             if T::INT_SUM {
                 for r in 0..R {
-                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(acci[r], T::int_scale(tp[r], j)));
+                    let sc = T::int_scale(tp[r], j);
+                    for c in 0..C {
+                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_mullo_epi32(acci[r][c], sc));
+                    }
                 }
                 continue;
             }
             for r in 0..R {
                 let (s, m) = (T::scale(&st[r], tp[r], j), T::min(&st[r], tp[r], j));
-                accs[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r]), s, accs[r]);
-                if T::MIN {
-                    accf[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(*sm.add(t * n_sub + js)), accf[r]);
+                for c in 0..C {
+                    accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), s, accs[r][c]);
+                    if T::MIN {
+                        let x = _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js));
+                        accf[r][c] = _mm512_fmadd_ps(m, x, accf[r][c]);
+                    }
                 }
             }
         }
-        // Q8_K has one scale per super-block: the same for all its sub-blocks.
-        let d = _mm512_set1_ps(*sd.add(t * n_sub + tile * T::SUBS));
-        if T::INT_SUM {
+        for c in 0..C {
+            // Q8_K has one scale per super-block: the same for all its sub-blocks.
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
             for r in 0..R {
-                let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), T::row_d(&st[r]));
-                accf[r] = _mm512_fmadd_ps(x, d, accf[r]);
+                if T::INT_SUM {
+                    let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][c]), T::row_d(&st[r]));
+                    accf[r][c] = _mm512_fmadd_ps(x, d, accf[r][c]);
+                    continue;
+                }
+                let d = if T::ROW_D {
+                    _mm512_mul_ps(T::row_d(&st[r]), d)
+                } else {
+                    d
+                };
+                accf[r][c] = _mm512_fmadd_ps(accs[r][c], d, accf[r][c]);
             }
-            continue;
-        }
-        for r in 0..R {
-            let d = if T::ROW_D {
-                _mm512_mul_ps(T::row_d(&st[r]), d)
-            } else {
-                d
-            };
-            accf[r] = _mm512_fmadd_ps(accs[r], d, accf[r]);
         }
     }
     for (r, acc) in accf.iter().enumerate() {
-        _mm512_storeu_ps(out.add(t * os + 16 * r), *acc);
+        for (c, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add((t0 + c) * os + 16 * r), *acc);
+        }
     }
 }
 
@@ -2596,24 +2644,7 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q5_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ5K>(g, group, gstride, tokens, out, os)
         }
-        _ if tokens.len() == 1 => {
-            let t = tokens.start;
-            match ty {
-                GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q4_1 => packed_decode512::<PkQ4_1, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q5_1 => packed_decode512::<PkQ5_1, 2>(g, group, gstride, t, out, os),
-                GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q2_K => sb_decode::<PkQ2K, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q3_K => sb_decode::<PkQ3K, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q4_K => sb_decode::<PkQ4K, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q5_K => sb_decode::<PkQ5K, 2>(g, group, gstride, t, out, os),
-                GgmlType::Q6_K => sb_decode::<PkQ6K, 2>(g, group, gstride, t, out, os),
-                GgmlType::IQ4_XS => sb_decode::<PkIq4Xs, 2>(g, group, gstride, t, out, os),
-                _ => unreachable!("no packed kernel for {ty}"),
-            }
-        }
+        _ if tokens.len() < UNPACK_MIN_TOKENS => decode_tokens::<2>(ty, g, group, gstride, tokens, out, os),
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
@@ -2640,11 +2671,83 @@ pub(super) unsafe fn packed_q6k_int(
             sb_body_pair::<PkQ6KInt>(g, group, gstride, tokens, out, os)
         }
         2 => {
-            for t in tokens {
-                sb_decode::<PkQ6KInt, 2>(g, group, gstride, t, out, os);
+            let mut t = tokens.start;
+            while t < tokens.end {
+                let c = few(tokens.end - t);
+                match c {
+                    3 => sb_decode::<PkQ6KInt, 2, 3>(g, group, gstride, t, out, os),
+                    2 => sb_decode::<PkQ6KInt, 2, 2>(g, group, gstride, t, out, os),
+                    _ => sb_decode::<PkQ6KInt, 2, 1>(g, group, gstride, t, out, os),
+                }
+                t += c;
             }
         }
         _ => sb_body::<PkQ6KInt>(g, group, tokens, out, os),
+    }
+}
+
+/// How many of `left` tokens the decode kernels ([`packed_decode512`], [`sb_decode`]) take in
+/// one pass over their groups: up to three (more would not fit the registers beside two
+/// groups' values), four as two and two.
+#[inline(always)]
+fn few(left: usize) -> usize {
+    match left {
+        0..=2 => left,
+        4 => 2,
+        _ => 3,
+    }
+}
+
+/// `tokens` (decode's one, or a few: a daemon's parallel slots) against `R` packed groups
+/// (group `r` at `group + r * gstride`, its rows to `out + 16 r`), from the packed tiles, a few
+/// at a time ([`few`]).
+#[inline(always)]
+unsafe fn decode_tokens<const R: usize>(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    let mut t = tokens.start;
+    while t < tokens.end {
+        let c = few(tokens.end - t);
+        match c {
+            3 => decode_c::<R, 3>(ty, g, group, gstride, t, out, os),
+            2 => decode_c::<R, 2>(ty, g, group, gstride, t, out, os),
+            _ => decode_c::<R, 1>(ty, g, group, gstride, t, out, os),
+        }
+        t += c;
+    }
+}
+
+/// `C` tokens from `t` against `R` packed groups of type `ty`, from the packed tiles.
+#[inline(always)]
+unsafe fn decode_c<const R: usize, const C: usize>(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    t: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    match ty {
+        GgmlType::Q8_0 => packed_decode512::<PkQ8_0, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_0 => packed_decode512::<PkQ4_0, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_1 => packed_decode512::<PkQ4_1, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_0 => packed_decode512::<PkQ5_0, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_1 => packed_decode512::<PkQ5_1, R, C>(g, group, gstride, t, out, os),
+        GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q2_K => sb_decode::<PkQ2K, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q3_K => sb_decode::<PkQ3K, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_K => sb_decode::<PkQ4K, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_K => sb_decode::<PkQ5K, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q6_K => sb_decode::<PkQ6K, R, C>(g, group, gstride, t, out, os),
+        GgmlType::IQ4_XS => sb_decode::<PkIq4Xs, R, C>(g, group, gstride, t, out, os),
+        _ => unreachable!("no packed kernel for {ty}"),
     }
 }
 
@@ -2669,8 +2772,11 @@ fn unpacked_group(bytes: usize) -> *mut u8 {
     })
 }
 
-/// Tokens from which unpacking a group first pays (it costs about one token's pass).
-const UNPACK_MIN_TOKENS: usize = 4;
+/// Tokens from which unpacking a group first pays. Below it the decode kernels take a few
+/// tokens per pass over the packed tiles ([`few`]): decode's matrices out of cache at 4-7
+/// tokens a step (`TOKENS=N kernel_bench 2 stream`) took 10-18% less time so for Q4_K than
+/// unpacked.
+const UNPACK_MIN_TOKENS: usize = 8;
 
 /// Bytes of one group's unpacked tiles a batch works on at a time: two groups' chunks and the
 /// activations of those tiles for a tile of tokens stay in L1 (48 KiB here) while every tile of
@@ -2686,8 +2792,15 @@ unsafe fn sb_body<T: SbType>(
     os: usize,
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
-        for t in tokens {
-            sb_decode::<T, 1>(g, group, 0, t, out, os);
+        let mut t = tokens.start;
+        while t < tokens.end {
+            let c = few(tokens.end - t);
+            match c {
+                3 => sb_decode::<T, 1, 3>(g, group, 0, t, out, os),
+                2 => sb_decode::<T, 1, 2>(g, group, 0, t, out, os),
+                _ => sb_decode::<T, 1, 1>(g, group, 0, t, out, os),
+            }
+            t += c;
         }
         return;
     }
