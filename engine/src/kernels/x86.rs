@@ -2688,14 +2688,12 @@ pub(super) unsafe fn packed_q6k_int(
 
 /// How many of `left` tokens the decode kernels ([`packed_decode512`], [`sb_decode`]) take in
 /// one pass over their groups: up to three (more would not fit the registers beside two
-/// groups' values), four as two and two.
+/// groups' values). Four as three and one took 1-11% less time than as two and two (decode's
+/// matrices out of cache, `TOKENS=4 kernel_bench 2 stream`): the first pass streams the
+/// groups, the second finds them in cache and has less to compute.
 #[inline(always)]
 fn few(left: usize) -> usize {
-    match left {
-        0..=2 => left,
-        4 => 2,
-        _ => 3,
-    }
+    left.min(3)
 }
 
 /// `tokens` (decode's one, or a few: a daemon's parallel slots) against `R` packed groups
