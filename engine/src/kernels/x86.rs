@@ -1622,6 +1622,44 @@ fn next_stream<const R: usize>(p: *const u8, at: usize, groups: Groups) -> *cons
     }
 }
 
+/// How many of `left` tokens the decode kernels ([`packed_decode512`], [`sb_decode`]) take in
+/// one pass over their groups: up to three (more would not fit the registers beside two
+/// groups' values). Four as three and one took 1-11% less time than as two and two (decode's
+/// matrices out of cache, `TOKENS=4 kernel_bench 2 stream`): the first pass streams the
+/// groups, the second finds them in cache and has less to compute.
+#[inline(always)]
+fn few(left: usize) -> usize {
+    left.min(3)
+}
+
+/// Runs a decode kernel over the range `$tokens` a few tokens at a time ([`few`]): `$call` with
+/// `$t` the first token of a pass and the const `C` its number of tokens, as in
+/// `few_at_a_time!(tokens, t => sb_decode::<T, 1, C>(g, group, 0, t, out, os))`.
+macro_rules! few_at_a_time {
+    ($tokens:expr, $t:ident => $call:expr) => {{
+        let tokens: std::ops::Range<usize> = $tokens;
+        let mut $t = tokens.start;
+        while $t < tokens.end {
+            let c = few(tokens.end - $t);
+            match c {
+                3 => {
+                    const C: usize = 3;
+                    $call
+                }
+                2 => {
+                    const C: usize = 2;
+                    $call
+                }
+                _ => {
+                    const C: usize = 1;
+                    $call
+                }
+            }
+            $t += c;
+        }
+    }};
+}
+
 /// `C` tokens from `t0` (decode: one; a daemon's parallel slots: one per slot) against `R`
 /// packed groups (group `r` at `group + r * gstride`, its rows to `out + 16 r`), from the packed
 /// tiles, each group's values unpacked once for all `C` tokens. Per group, token and block the
@@ -1782,15 +1820,7 @@ unsafe fn packed_body512<T: Pk512>(
         packed_tile512::<T, 8>(g, group, t, out, os);
         t += 8;
     }
-    while t < tokens.end {
-        let c = few(tokens.end - t);
-        match c {
-            3 => packed_decode512::<T, 1, 3>(g, group, 0, t, out, os),
-            2 => packed_decode512::<T, 1, 2>(g, group, 0, t, out, os),
-            _ => packed_decode512::<T, 1, 1>(g, group, 0, t, out, os),
-        }
-        t += c;
-    }
+    few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 1, C>(g, group, 0, t, out, os));
 }
 
 /// The 16 rows of one packed group against tokens `tokens`: `out[t * os + r]`, `r < 16`
@@ -2644,7 +2674,9 @@ pub(super) unsafe fn packed_pair_avx512(
         GgmlType::Q5_K if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ5K>(g, group, gstride, tokens, out, os)
         }
-        _ if tokens.len() < UNPACK_MIN_TOKENS => decode_tokens::<2>(ty, g, group, gstride, tokens, out, os),
+        _ if tokens.len() < UNPACK_MIN_TOKENS => {
+            few_at_a_time!(tokens, t => pair_decode::<C>(ty, g, group, gstride, t, out, os))
+        }
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
@@ -2670,60 +2702,16 @@ pub(super) unsafe fn packed_q6k_int(
         2 if tokens.len() >= UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ6KInt>(g, group, gstride, tokens, out, os)
         }
-        2 => {
-            let mut t = tokens.start;
-            while t < tokens.end {
-                let c = few(tokens.end - t);
-                match c {
-                    3 => sb_decode::<PkQ6KInt, 2, 3>(g, group, gstride, t, out, os),
-                    2 => sb_decode::<PkQ6KInt, 2, 2>(g, group, gstride, t, out, os),
-                    _ => sb_decode::<PkQ6KInt, 2, 1>(g, group, gstride, t, out, os),
-                }
-                t += c;
-            }
-        }
+        2 => few_at_a_time!(tokens, t => sb_decode::<PkQ6KInt, 2, C>(g, group, gstride, t, out, os)),
         _ => sb_body::<PkQ6KInt>(g, group, tokens, out, os),
     }
 }
 
-/// How many of `left` tokens the decode kernels ([`packed_decode512`], [`sb_decode`]) take in
-/// one pass over their groups: up to three (more would not fit the registers beside two
-/// groups' values). Four as three and one took 1-11% less time than as two and two (decode's
-/// matrices out of cache, `TOKENS=4 kernel_bench 2 stream`): the first pass streams the
-/// groups, the second finds them in cache and has less to compute.
+/// `C` tokens from `t` (decode's one, or a few: a daemon's parallel slots) against two packed
+/// groups of type `ty`, `group` and `group + gstride` (rows to `out` and `out + 16`), from the
+/// packed tiles.
 #[inline(always)]
-fn few(left: usize) -> usize {
-    left.min(3)
-}
-
-/// `tokens` (decode's one, or a few: a daemon's parallel slots) against `R` packed groups
-/// (group `r` at `group + r * gstride`, its rows to `out + 16 r`), from the packed tiles, a few
-/// at a time ([`few`]).
-#[inline(always)]
-unsafe fn decode_tokens<const R: usize>(
-    ty: GgmlType,
-    g: &PkArgs,
-    group: *const u8,
-    gstride: usize,
-    tokens: std::ops::Range<usize>,
-    out: *mut f32,
-    os: usize,
-) {
-    let mut t = tokens.start;
-    while t < tokens.end {
-        let c = few(tokens.end - t);
-        match c {
-            3 => decode_c::<R, 3>(ty, g, group, gstride, t, out, os),
-            2 => decode_c::<R, 2>(ty, g, group, gstride, t, out, os),
-            _ => decode_c::<R, 1>(ty, g, group, gstride, t, out, os),
-        }
-        t += c;
-    }
-}
-
-/// `C` tokens from `t` against `R` packed groups of type `ty`, from the packed tiles.
-#[inline(always)]
-unsafe fn decode_c<const R: usize, const C: usize>(
+unsafe fn pair_decode<const C: usize>(
     ty: GgmlType,
     g: &PkArgs,
     group: *const u8,
@@ -2733,18 +2721,18 @@ unsafe fn decode_c<const R: usize, const C: usize>(
     os: usize,
 ) {
     match ty {
-        GgmlType::Q8_0 => packed_decode512::<PkQ8_0, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q4_0 => packed_decode512::<PkQ4_0, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q4_1 => packed_decode512::<PkQ4_1, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q5_0 => packed_decode512::<PkQ5_0, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q5_1 => packed_decode512::<PkQ5_1, R, C>(g, group, gstride, t, out, os),
-        GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q2_K => sb_decode::<PkQ2K, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q3_K => sb_decode::<PkQ3K, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q4_K => sb_decode::<PkQ4K, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q5_K => sb_decode::<PkQ5K, R, C>(g, group, gstride, t, out, os),
-        GgmlType::Q6_K => sb_decode::<PkQ6K, R, C>(g, group, gstride, t, out, os),
-        GgmlType::IQ4_XS => sb_decode::<PkIq4Xs, R, C>(g, group, gstride, t, out, os),
+        GgmlType::Q8_0 => packed_decode512::<PkQ8_0, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_0 => packed_decode512::<PkQ4_0, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_1 => packed_decode512::<PkQ4_1, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_0 => packed_decode512::<PkQ5_0, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_1 => packed_decode512::<PkQ5_1, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::IQ4_NL => packed_decode512::<PkIq4Nl, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q2_K => sb_decode::<PkQ2K, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q3_K => sb_decode::<PkQ3K, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q4_K => sb_decode::<PkQ4K, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q5_K => sb_decode::<PkQ5K, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::Q6_K => sb_decode::<PkQ6K, 2, C>(g, group, gstride, t, out, os),
+        GgmlType::IQ4_XS => sb_decode::<PkIq4Xs, 2, C>(g, group, gstride, t, out, os),
         _ => unreachable!("no packed kernel for {ty}"),
     }
 }
@@ -2790,16 +2778,7 @@ unsafe fn sb_body<T: SbType>(
     os: usize,
 ) {
     if tokens.len() < UNPACK_MIN_TOKENS {
-        let mut t = tokens.start;
-        while t < tokens.end {
-            let c = few(tokens.end - t);
-            match c {
-                3 => sb_decode::<T, 1, 3>(g, group, 0, t, out, os),
-                2 => sb_decode::<T, 1, 2>(g, group, 0, t, out, os),
-                _ => sb_decode::<T, 1, 1>(g, group, 0, t, out, os),
-            }
-            t += c;
-        }
+        few_at_a_time!(tokens, t => sb_decode::<T, 1, C>(g, group, 0, t, out, os));
         return;
     }
     let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
