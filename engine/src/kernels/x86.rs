@@ -1941,10 +1941,7 @@ impl SbType for PkQ6K {
     }
     #[inline(always)]
     unsafe fn scale(d: &__m512, t: *const u8, j: usize) -> __m512 {
-        _mm512_mul_ps(
-            *d,
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(t.add(32 + 16 * j)))),
-        )
+        _mm512_mul_ps(*d, _mm512_cvtepi32_ps(PkQ6KInt::int_scale(t, j)))
     }
     #[inline(always)]
     unsafe fn steps(t: *const u8, j: usize, w: &mut [__m512i; 8]) {

@@ -24,7 +24,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{d16, ld128, packed_q6k_int, unpacked_group, PkArgs, PkQ6K, SbType};
+use super::{d16, packed_q6k_int, unpacked_group, PkArgs, PkQ6K, PkQ6KInt, SbType};
 
 /// Whether this CPU has AMX-INT8 and the OS lets this process use the tiles.
 pub(in crate::kernels) fn available() -> bool {
@@ -206,7 +206,7 @@ unsafe fn unpack(t: *const u8, b: *mut u8) {
     for j in 0..PkQ6K::SUBS {
         // The rows' scale (one row per 32-bit lane) as bytes `sc 0 sc 0` and `0 sc 0 sc`, and
         // `32 · sc` in both 16-bit halves.
-        let sc = _mm512_cvtepi8_epi32(ld128(t.add(32 + 16 * j)));
+        let sc = PkQ6KInt::int_scale(t, j);
         let x = _mm512_and_si512(sc, mff);
         let even_sc = _mm512_or_si512(x, _mm512_slli_epi32(x, 16));
         let odd_sc = _mm512_slli_epi32(even_sc, 8);
