@@ -192,8 +192,11 @@ fn disconnect_during_a_long_prefill_frees_the_slot_promptly() {
     );
 }
 
-/// The logprobs items of a streamed reply: `(token bytes, logprob, top alternatives)`.
-fn logprob_items(lines: &[Value]) -> Vec<(Value, f64, Vec<(Value, f64)>)> {
+/// A logprobs item: the token's bytes, its logprob, and the top alternatives as the same pairs.
+type LogprobItem = (Value, f64, Vec<(Value, f64)>);
+
+/// The logprobs items of a streamed reply.
+fn logprob_items(lines: &[Value]) -> Vec<LogprobItem> {
     let pair = |v: &Value| (v["bytes"].clone(), v["logprob"].as_f64().unwrap());
     lines
         .iter()
