@@ -1919,9 +1919,9 @@ trait SbType {
         }
         _mm512_add_epi32(even, odd)
     }
-    /// Bytes of one unpacked tile: per sub-block the rows' f32 scales (i32 with INT_SUM), then (with MIN) their
-    /// f32 mins, then (with ROW_D) the rows' f32 super-block scale, then the values as `STEPS`
-    /// steps per sub-block.
+    /// Bytes of one unpacked tile: per sub-block the rows' f32 scales (i32 with INT_SUM), then
+    /// (with MIN) their f32 mins, then (with ROW_D) the rows' f32 super-block scale, then the
+    /// values as `STEPS` steps per sub-block.
     const UNPACKED: usize = Self::VALS + Self::SUBS * Self::STEPS * 64;
     const ROW_D_AT: usize = Self::SUBS * 64 * (1 + Self::MIN as usize);
     const VALS: usize = Self::ROW_D_AT + 64 * Self::ROW_D as usize;
