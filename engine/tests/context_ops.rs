@@ -275,3 +275,39 @@ fn q8_0_cache_is_close_to_f16() {
     assert!(d > 0.0 && d < 5e-2, "q8_0 vs f16 cache: {d}");
     assert_eq!(argmax(&f16), argmax(&q8));
 }
+
+/// A sequence's logits have the same bits whichever KV cells it was given: with another
+/// sequence's tokens (or freed cells) before it, its cells straddle the attention's blocks of
+/// cells differently, and a parallel request must not change a request's answer.
+#[test]
+fn logits_do_not_depend_on_the_cells_a_sequence_gets() {
+    let m = tiny("tiny-llama-spm-e64-f16.gguf");
+    // The prompt, then tokens one at a time, as generation feeds them.
+    let tokens: Vec<u32> = PROMPT.iter().cycle().take(90).copied().collect();
+    let run = |before: usize, keep_other: bool| -> Vec<Vec<f32>> {
+        let mut c = ctx(&m, 256, 512, 2);
+        if before > 0 {
+            let other: Vec<u32> = (0..before as u32).map(|i| 100 + i).collect();
+            c.decode(&Batch::from_tokens(&other, 0, 1)).unwrap();
+            if !keep_other {
+                c.seq_rm(Some(1), 0, -1);
+            }
+        }
+        let mut out = vec![last_logits(&mut c, &tokens[..12], 0, 0)];
+        for (i, &t) in tokens.iter().enumerate().skip(12) {
+            out.push(last_logits(&mut c, &[t], i as i32, 0));
+        }
+        out
+    };
+    let alone = run(0, false);
+    for (before, keep_other) in [(1, true), (5, true), (40, false), (63, true), (100, false)] {
+        let moved = run(before, keep_other);
+        for (step, (a, b)) in alone.iter().zip(&moved).enumerate() {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "step {step} with {before} cells before the sequence: logits differ by {}",
+                max_diff(a, b)
+            );
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Kernels of the attention step over a block of KV cells, with the queries of a tile in SIMD
-//! lanes: scores as an f32 micro-GEMM (queries x cells), the softmax statistics and weights with a
-//! vectorized exp, and the weighted sum of the value rows.
+//! lanes: scores as an f32 micro-GEMM (queries x cells), the softmax's maximum, weights and sums
+//! with a vectorized exp, and the weighted sum of the value rows.
 //!
 //! Every tier performs, per query and per output value, the same IEEE operations in the same order
 //! as the scalar code here (each score is a chain of fused multiply-adds over the head dimension in
@@ -76,69 +76,60 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize,
     }
 }
 
-/// One block's update of the online softmax statistics of each query lane: with `mb` the block's
-/// maximum and `m' = max(m, mb)`, `l = l * e^(m - m') + sum_c e^(s_c - m')` (the sum in cell order)
-/// and `m = m'`; lanes whose `m'` is -inf (nothing visible yet) keep their values.
-pub fn block_stats(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32], l: &mut [f32]) {
+/// The running maximum score of each query lane: `m = max(m, s_c)` over the block's `nc` cells.
+/// A maximum is exact, so it does not depend on how the cells are split into blocks.
+pub fn block_max(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32]) {
+    assert!(nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp && m.len() >= nqp);
+    match lane_tier(isa, nqp) {
+        // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
+        // are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx => unsafe { x86::max_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr()) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::max_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr()) },
+        _ => {
+            for row in s[..nc * nqp].chunks_exact(nqp) {
+                for (m, &x) in m[..nqp].iter_mut().zip(row) {
+                    *m = m.max(x);
+                }
+            }
+        }
+    }
+}
+
+/// Softmax weights before normalization, in place: `s = e^(s - m)` per lane, rounded to f16 (and
+/// back) when `round_f16` (as llama.cpp weights an F16 value cache), each added to the lane's sum
+/// `l` in cell order. With `m` the final maximum (a first pass), the sums and the weighted values
+/// are then one chain of additions per query in cell order, the same bits however the cells are
+/// split into blocks.
+pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], l: &mut [f32], round_f16: bool) {
     assert!(nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp && m.len() >= nqp && l.len() >= nqp);
     match lane_tier(isa, nqp) {
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
         // are checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Amx => unsafe {
-            x86::stats_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr())
+            x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), l.as_mut_ptr(), round_f16)
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe {
-            x86::stats_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr(), l.as_mut_ptr())
-        },
-        _ => {
-            for i in 0..nqp {
-                let mb = (0..nc).fold(f32::NEG_INFINITY, |a, c| a.max(s[c * nqp + i]));
-                let mn = m[i].max(mb);
-                if mn == f32::NEG_INFINITY {
-                    continue;
-                }
-                let mut sum = 0f32;
-                for c in 0..nc {
-                    sum += exp_neg(s[c * nqp + i] - mn);
-                }
-                l[i] = l[i] * exp_neg(m[i] - mn) + sum;
-                m[i] = mn;
-            }
-        }
-    }
-}
-
-/// Softmax weights in place: `s = e^(s - m) * inv` per lane, rounded to f16 (and back) when
-/// `round_f16` (as llama.cpp weights an F16 value cache).
-pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], inv: &[f32], round_f16: bool) {
-    assert!(nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp && m.len() >= nqp && inv.len() >= nqp);
-    match lane_tier(isa, nqp) {
-        // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
-        // are checked above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Amx => unsafe {
-            x86::weights_avx512(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => unsafe {
-            x86::weights_avx2(s.as_mut_ptr(), nqp, nc, m.as_ptr(), inv.as_ptr(), round_f16)
+            x86::weights_avx2(s.as_mut_ptr(), nqp, nc, m.as_ptr(), l.as_mut_ptr(), round_f16)
         },
         _ => {
             for row in s[..nc * nqp].chunks_exact_mut(nqp) {
-                for (i, x) in row.iter_mut().enumerate() {
-                    *x = weight(*x, m[i], inv[i], round_f16);
+                for ((x, &m), l) in row.iter_mut().zip(m).zip(l.iter_mut()) {
+                    *x = weight(*x, m, round_f16);
+                    *l += *x;
                 }
             }
         }
     }
 }
 
-/// The softmax weight of one score (what [`weights`] computes per lane).
+/// The weight of one score before normalization (what [`weights`] computes per lane).
 #[inline]
-pub fn weight(s: f32, m: f32, inv: f32, round_f16: bool) -> f32 {
-    let p = exp_neg(s - m) * inv;
+pub fn weight(s: f32, m: f32, round_f16: bool) -> f32 {
+    let p = exp_neg(s - m);
     if round_f16 {
         half::f16::from_f32(p).to_f32()
     } else {
@@ -334,14 +325,11 @@ mod x86 {
         unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
         unsafe fn add(self, o: Self) -> Self;
         unsafe fn sub(self, o: Self) -> Self;
-        unsafe fn mul(self, o: Self) -> Self;
         unsafe fn max(self, o: Self) -> Self;
         /// [`crate::kernels::exp::exp_neg`] per lane.
         unsafe fn exp_neg(self) -> Self;
         /// Rounded to f16 and back.
         unsafe fn round_f16(self) -> Self;
-        /// `new` in the lanes where `m` is not -inf, `old` elsewhere.
-        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self;
         /// Bit `q` set where `w[q] != 0.0`, for `q < Q` (the scalar code's test: NaN counts
         /// as live).
         #[inline(always)]
@@ -395,10 +383,6 @@ mod x86 {
             V512(_mm512_sub_ps(self.0, o.0))
         }
         #[inline(always)]
-        unsafe fn mul(self, o: Self) -> Self {
-            V512(_mm512_mul_ps(self.0, o.0))
-        }
-        #[inline(always)]
         unsafe fn max(self, o: Self) -> Self {
             V512(_mm512_max_ps(self.0, o.0))
         }
@@ -411,11 +395,6 @@ mod x86 {
             V512(_mm512_cvtph_ps(_mm512_cvtps_ph::<
                 { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
             >(self.0)))
-        }
-        #[inline(always)]
-        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self {
-            let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(m.0, _mm512_set1_ps(f32::NEG_INFINITY));
-            V512(_mm512_mask_mov_ps(old.0, live, new.0))
         }
         /// One masked load and compare (the scalar tests compile to a compare, a mask move and
         /// a branch per query).
@@ -463,10 +442,6 @@ mod x86 {
             V256(_mm256_sub_ps(self.0, o.0))
         }
         #[inline(always)]
-        unsafe fn mul(self, o: Self) -> Self {
-            V256(_mm256_mul_ps(self.0, o.0))
-        }
-        #[inline(always)]
         unsafe fn max(self, o: Self) -> Self {
             V256(_mm256_max_ps(self.0, o.0))
         }
@@ -479,11 +454,6 @@ mod x86 {
             V256(_mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
                 self.0,
             )))
-        }
-        #[inline(always)]
-        unsafe fn where_live(m: Self, new: Self, old: Self) -> Self {
-            let live = _mm256_cmp_ps::<_CMP_NEQ_OQ>(m.0, _mm256_set1_ps(f32::NEG_INFINITY));
-            V256(_mm256_blendv_ps(old.0, new.0, live))
         }
     }
 
@@ -569,22 +539,13 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn stats<V: Lanes>(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
+    unsafe fn maxes<V: Lanes>(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
         for j in (0..nqp).step_by(V::W) {
-            let mut mb = V::splat(f32::NEG_INFINITY);
+            let mut mv = V::load(m.add(j));
             for c in 0..nc {
-                mb = mb.max(V::load(s.add(c * nqp + j)));
+                mv = mv.max(V::load(s.add(c * nqp + j)));
             }
-            let m0 = V::load(m.add(j));
-            let mn = m0.max(mb);
-            let mut sum = V::zero();
-            for c in 0..nc {
-                sum = sum.add(V::load(s.add(c * nqp + j)).sub(mn).exp_neg());
-            }
-            let l0 = V::load(l.add(j));
-            let ln = l0.mul(m0.sub(mn).exp_neg()).add(sum);
-            V::where_live(mn, ln, l0).store(l.add(j));
-            V::where_live(mn, mn, m0).store(m.add(j));
+            mv.store(m.add(j));
         }
     }
 
@@ -594,19 +555,21 @@ mod x86 {
         nqp: usize,
         nc: usize,
         m: *const f32,
-        inv: *const f32,
+        l: *mut f32,
         round_f16: bool,
     ) {
         for j in (0..nqp).step_by(V::W) {
-            let (mv, iv) = (V::load(m.add(j)), V::load(inv.add(j)));
+            let (mv, mut lv) = (V::load(m.add(j)), V::load(l.add(j)));
             for c in 0..nc {
                 let p = s.add(c * nqp + j);
-                let mut w = V::load(p).sub(mv).exp_neg().mul(iv);
+                let mut w = V::load(p).sub(mv).exp_neg();
                 if round_f16 {
                     w = w.round_f16();
                 }
                 w.store(p);
+                lv = lv.add(w);
             }
+            lv.store(l.add(j));
         }
     }
 
@@ -817,8 +780,8 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn stats_avx512(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
-        stats::<V512>(s, nqp, nc, m, l)
+    pub unsafe fn max_avx512(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
+        maxes::<V512>(s, nqp, nc, m)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -827,10 +790,10 @@ mod x86 {
         nqp: usize,
         nc: usize,
         m: *const f32,
-        inv: *const f32,
+        l: *mut f32,
         round_f16: bool,
     ) {
-        weights::<V512>(s, nqp, nc, m, inv, round_f16)
+        weights::<V512>(s, nqp, nc, m, l, round_f16)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -876,8 +839,8 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn stats_avx2(s: *const f32, nqp: usize, nc: usize, m: *mut f32, l: *mut f32) {
-        stats::<V256>(s, nqp, nc, m, l)
+    pub unsafe fn max_avx2(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
+        maxes::<V256>(s, nqp, nc, m)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -886,10 +849,10 @@ mod x86 {
         nqp: usize,
         nc: usize,
         m: *const f32,
-        inv: *const f32,
+        l: *mut f32,
         round_f16: bool,
     ) {
-        weights::<V256>(s, nqp, nc, m, inv, round_f16)
+        weights::<V256>(s, nqp, nc, m, l, round_f16)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

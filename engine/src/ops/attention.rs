@@ -3,16 +3,18 @@
 //! The cost per query is linear in the number of visible cells; query heads that share a KV
 //! head (GQA) read the same rows. Numerics follow llama.cpp's CPU path: the query is rounded
 //! through the cache's dot format (f16 for an F16 cache, Q8_0 blocks for a Q8_0 one), and with
-//! an F16 cache the softmax weights are rounded to f16 before weighting V. Scores, the softmax and
+//! an F16 cache the softmax weights are rounded to f16 before weighting V; as in its flash
+//! attention, the weighted sum is divided by the sum of the weights last. Scores, the softmax and
 //! the weighted sums are in f32 with fused multiply-adds in a fixed order per query (see
-//! [`crate::kernels::attn`]), over blocks of [`BLOCK_CELLS`] cells defined by absolute cell index:
-//! a query gives the same bits whatever tile, batch or instruction-set tier computes it.
+//! [`crate::kernels::attn`]): the maximum score first (exact), then one chain of additions per
+//! query over its cells in ascending order. So a query gives the same bits whatever tile, batch
+//! or instruction-set tier computes it, and whichever cells hold its sequence: a request's answer
+//! does not change with what other sequences occupy the cache.
 
 use std::ops::Range;
 
 use super::dot::{quantize_row, vec_dot_type};
 use crate::kernels::attn::{self as k, LANES};
-use crate::kernels::exp::exp_neg;
 use crate::kernels::Isa;
 use crate::quant::GgmlType;
 
@@ -242,31 +244,18 @@ pub fn attend_head(
             .fold(0f32, |acc, (&a, &b)| a.mul_add(b, acc));
         sc.scores.push(finish_score(x, shape));
     }
-    // Online softmax statistics, one update per block of cells (by absolute index).
-    let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
-    let mut i = 0;
-    while i < cells.len() {
-        let block = cells[i] as usize / BLOCK_CELLS;
-        let n = cells[i..]
-            .iter()
-            .take_while(|&&c| c as usize / BLOCK_CELLS == block)
-            .count();
-        let s = &sc.scores[i..i + n];
-        let mn = s.iter().fold(m, |a, &x| a.max(x));
-        if mn != f32::NEG_INFINITY {
-            let sum = s.iter().fold(0f32, |a, &x| a + exp_neg(x - mn));
-            l = l * exp_neg(m - mn) + sum;
-            m = mn;
-        }
-        i += n;
-    }
+    // The softmax: the maximum first (exact), then each weight before normalization added to
+    // the sum and, times its value row, to the output, cell after cell; the output divided by
+    // the sum last.
+    let m = sc.scores.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
     out.fill(0.0);
-    if l == 0.0 {
+    if m == f32::NEG_INFINITY {
         return;
     }
-    let inv = 1.0 / l;
+    let mut l = 0f32;
     for (&c, &s) in cells.iter().zip(&sc.scores) {
-        let w = k::weight(s, m, inv, kv.ty == GgmlType::F16);
+        let w = k::weight(s, m, kv.ty == GgmlType::F16);
+        l += w;
         if w != 0.0 {
             let vr = &mut sc.row[..dv];
             let c = c as usize;
@@ -286,14 +275,15 @@ pub fn attend_head(
             }
         }
     }
+    out.iter_mut().for_each(|o| *o /= l);
 }
 
 /// Query rows of one tile of [`attend_tile`]: with the query heads of a KV head, the queries that
 /// share each K row read and each K/V row conversion.
 pub const TILE_ROWS: usize = 8;
 /// Cells per block, by absolute cell index: a block's K and V rows are converted to f32 once per
-/// tile and pass, and stay in cache while every query of the tile takes them in. The online
-/// softmax updates its statistics once per block.
+/// tile and pass, and stay in cache while every query of the tile takes them in. Blocks shape the
+/// work only, never the numbers (see the module doc).
 pub const BLOCK_CELLS: usize = 64;
 /// Most scores (f32) a tile keeps from its first pass to its second: 4 MB (16 KB in unit tests,
 /// so that their longer contexts take the path that computes the scores again). Reading them
@@ -315,7 +305,6 @@ pub struct TileScratch {
     s: Vec<f32>,
     m: Vec<f32>,
     l: Vec<f32>,
-    inv: Vec<f32>,
     acc: Vec<f32>,
     by_query: Vec<f32>,
     masks: Vec<u64>,
@@ -324,19 +313,19 @@ pub struct TileScratch {
 
 /// Attention of a tile of query rows for query heads `heads` (all of one KV head's group), flash
 /// style: block by block of [`BLOCK_CELLS`] cells, the block's K rows are converted to f32 once for
-/// all queries of the tile, the scores are a small f32 GEMM (queries x cells), the softmax keeps
-/// online statistics per query (a first pass), then a second pass takes the same scores (kept, or
-/// computed again past [`KEEP_SCORES`]), turns them into weights and adds the block's V rows
-/// (converted once) into f32 accumulators. Memory is bounded by the tile, the block and
-/// [`KEEP_SCORES`], whatever the context length.
+/// all queries of the tile, the scores are a small f32 GEMM (queries x cells), a first pass takes
+/// each query's maximum, then a second pass takes the same scores (kept, or computed again past
+/// [`KEEP_SCORES`]), turns them into weights, adds them up and adds the block's V rows (converted
+/// once) times them into f32 accumulators, divided by the sums at the end. Memory is bounded by
+/// the tile, the block and [`KEEP_SCORES`], whatever the context length.
 ///
 /// `q[r]` holds all `n_head` query heads of row `r`; `cells[r]` the cells row `r` may see, in
 /// ascending order (the causal and sliding-window masks are these lists). Writes `head_dim_v`
 /// values per (row, head) through `out(r, h)`.
 ///
 /// Every query sees the operations of [`attend_head`] in the same order, so the result is the same
-/// bits whatever the tile: a prompt evaluated in one batch, in chunks or token by token gives the
-/// same logits.
+/// bits whatever the tile or the cells' place in blocks: a prompt evaluated in one batch, in
+/// chunks or token by token gives the same logits, and so does a sequence given other cells.
 pub fn attend_tile<'o>(
     q: &[&[f32]],
     kv: KvView,
@@ -493,25 +482,22 @@ pub fn attend_tile_isa<'o>(
         }
     };
 
-    // Pass 1: the softmax statistics.
+    // Pass 1: each query's maximum score. A query that sees nothing keeps -inf, taken as 0 so
+    // that its weights are all zero (and its output zero) rather than NaN.
     for (bi, b) in blocks.clone().enumerate() {
         if let Some(sp) = span(sc, bi) {
             block_scores(sc, bi, b, sp);
             let s = &sc.s[at(bi)..at(bi) + block_len];
-            k::block_stats(isa, s, nqp, sp.1, &mut sc.m, &mut sc.l);
+            k::block_max(isa, s, nqp, sp.1, &mut sc.m);
         }
     }
-    // A query that sees nothing gets zero weights everywhere (and a zero output).
-    sc.inv.clear();
-    for (m, &l) in sc.m.iter_mut().zip(&sc.l) {
-        if l == 0.0 {
+    for m in &mut sc.m {
+        if *m == f32::NEG_INFINITY {
             *m = 0.0;
-            sc.inv.push(0.0);
-        } else {
-            sc.inv.push(1.0 / l);
         }
     }
-    // Pass 2: the same scores (kept or again), as weights, times the block's values.
+    // Pass 2: the same scores (kept or again) as weights, added to the sums and, times the
+    // block's values, to the outputs.
     for (bi, b) in blocks.enumerate() {
         if let Some((first, nc)) = span(sc, bi) {
             if !keep {
@@ -519,7 +505,7 @@ pub fn attend_tile_isa<'o>(
             }
             let c0 = b * BLOCK_CELLS + first;
             let s = &mut sc.s[at(bi)..at(bi) + block_len];
-            k::weights(isa, s, nqp, nc, &sc.m, &sc.inv, round_f16);
+            k::weights(isa, s, nqp, nc, &sc.m, &mut sc.l, round_f16);
             load_rows(
                 isa,
                 kv.ty,
@@ -543,8 +529,13 @@ pub fn attend_tile_isa<'o>(
     } else {
         &sc.acc
     };
-    for (i, acc) in by_query.chunks_exact(dvp).take(nq).enumerate() {
-        out(i / n_heads, heads.start + i % n_heads).copy_from_slice(&acc[..dv]);
+    for (i, (acc, &l)) in by_query.chunks_exact(dvp).zip(&sc.l).take(nq).enumerate() {
+        let o = out(i / n_heads, heads.start + i % n_heads);
+        if l == 0.0 {
+            o.fill(0.0);
+        } else {
+            o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a / l);
+        }
     }
 }
 
@@ -749,6 +740,66 @@ mod tests {
             }
         }
         got
+    }
+
+    /// A sequence's keys and values in other cells (further on in the cache, or every other cell,
+    /// as when requests interleave) give the same bits: the blocks of cells only shape the work.
+    #[test]
+    fn outputs_do_not_depend_on_the_cells() {
+        let mut seed = 13;
+        let (ty, dk, nh, nkv, n) = (GgmlType::F16, 64, 6, 2, 150);
+        let shape = AttnShape {
+            n_head: nh,
+            n_kv_head: nkv,
+            head_dim_k: dk,
+            head_dim_v: dk,
+            kq_scale: 0.125,
+            softcap: 0.0,
+        };
+        // The sequence's rows, token by token, each head's keys (values) of one token together.
+        let (ks, vs) = (random(n * nkv * dk, &mut seed), random(n * nkv * dk, &mut seed));
+        let qs: Vec<Vec<f32>> = (0..9).map(|_| random(nh * dk, &mut seed)).collect();
+        let tokens: Vec<usize> = (n - 9..n).collect();
+        // Token j in cell `place(j)` of a cache of `n_cells`, head-major.
+        let run = |isa: Isa, n_cells: usize, place: &dyn Fn(usize) -> usize| {
+            let head = ty.row_bytes(dk as u64).unwrap() as usize;
+            let (mut kb, mut vb) = (vec![0u8; nkv * n_cells * head], vec![0u8; nkv * n_cells * head]);
+            for j in 0..n {
+                for h in 0..nkv {
+                    let at = (h * n_cells + place(j)) * head;
+                    let from = (j * nkv + h) * dk..(j * nkv + h + 1) * dk;
+                    quantize_row(ty, &ks[from.clone()], &mut kb[at..at + head]);
+                    quantize_row(ty, &vs[from], &mut vb[at..at + head]);
+                }
+            }
+            let visible: Vec<Vec<u32>> = tokens
+                .iter()
+                .map(|&t| (0..=t).map(|j| place(j) as u32).collect())
+                .collect();
+            tiled(
+                isa,
+                &qs,
+                KvView { ty, k: &kb, v: &vb },
+                &visible,
+                &shape,
+                TILE_ROWS,
+            )
+        };
+        let want = run(Isa::Scalar, n, &|j| j);
+        for isa in Isa::supported() {
+            for (what, n_cells, place) in [
+                ("in place", n, &(|j| j) as &dyn Fn(usize) -> usize),
+                ("5 cells on", n + 5, &|j| j + 5),
+                ("63 cells on", n + 63, &|j| j + 63),
+                ("every other cell", 2 * n + 1, &|j| 2 * j + 1),
+            ] {
+                let got = run(isa, n_cells, place);
+                assert!(
+                    got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{isa}, {what}"
+                );
+            }
+        }
     }
 
     /// A decode step (one row, tiles of one query head or of a KV head's group) gives the bits of
