@@ -167,10 +167,8 @@ struct Outcome {
 /// Runs every (prompt, sampler) on one runner with several slots; outcomes in input order.
 ///
 /// Every request is queued before the runner's first step, so which requests share a batch and
-/// which KV cells each one gets are the same on every run. That matters for bits: attention adds
-/// a sequence's cells up in cell order, so a request admitted one step earlier or later (as
-/// happens when a submitting thread is slow on a loaded machine) can get other cells and other
-/// last bits, and a sampled generation can then take another path.
+/// which KV cells each one gets are the same on every run. The bits should not depend on either
+/// (ARCHITECTURE.md, invariants), but a test of grammars should not depend on that invariant.
 fn run_all(g: &Gemma, jobs: Vec<(Vec<TokenId>, Sampler, usize)>, n_threads: usize) -> Vec<Outcome> {
     let runner = Runner::new(
         g.model.clone(),

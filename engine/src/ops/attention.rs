@@ -4,7 +4,7 @@
 //! head (GQA) read the same rows. Numerics follow llama.cpp's CPU path: the query is rounded
 //! through the cache's dot format (f16 for an F16 cache, Q8_0 blocks for a Q8_0 one), and with
 //! an F16 cache the softmax weights are rounded to f16 before weighting V; as in its flash
-//! attention, the weighted sum is divided by the sum of the weights last. Scores, the softmax and
+//! attention, the weighted sum is scaled by the inverse of the weights' sum last. Scores, the softmax and
 //! the weighted sums are in f32 with fused multiply-adds in a fixed order per query (see
 //! [`crate::kernels::attn`]): the maximum score first (exact), then one chain of additions per
 //! query over its cells in ascending order. So a query gives the same bits whatever tile, batch
@@ -245,8 +245,8 @@ pub fn attend_head(
         sc.scores.push(finish_score(x, shape));
     }
     // The softmax: the maximum first (exact), then each weight before normalization added to
-    // the sum and, times its value row, to the output, cell after cell; the output divided by
-    // the sum last.
+    // the sum and, times its value row, to the output, cell after cell; the output times the
+    // sum's inverse last (as llama.cpp's flash attention: a multiply per value, not a division).
     let m = sc.scores.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
     out.fill(0.0);
     if m == f32::NEG_INFINITY {
@@ -275,7 +275,8 @@ pub fn attend_head(
             }
         }
     }
-    out.iter_mut().for_each(|o| *o /= l);
+    let inv = 1.0 / l;
+    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 /// Query rows of one tile of [`attend_tile`]: with the query heads of a KV head, the queries that
@@ -316,7 +317,7 @@ pub struct TileScratch {
 /// all queries of the tile, the scores are a small f32 GEMM (queries x cells), a first pass takes
 /// each query's maximum, then a second pass takes the same scores (kept, or computed again past
 /// [`KEEP_SCORES`]), turns them into weights, adds them up and adds the block's V rows (converted
-/// once) times them into f32 accumulators, divided by the sums at the end. Memory is bounded by
+/// once) times them into f32 accumulators, times the sums' inverses at the end. Memory is bounded by
 /// the tile, the block and [`KEEP_SCORES`], whatever the context length.
 ///
 /// `q[r]` holds all `n_head` query heads of row `r`; `cells[r]` the cells row `r` may see, in
@@ -534,7 +535,8 @@ pub fn attend_tile_isa<'o>(
         if l == 0.0 {
             o.fill(0.0);
         } else {
-            o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a / l);
+            let inv = 1.0 / l;
+            o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a * inv);
         }
     }
 }
