@@ -210,8 +210,8 @@ fn logprob_items(lines: &[Value]) -> Vec<LogprobItem> {
         .collect()
 }
 
-/// Slots decoding side by side give each request the reply it gets alone, to the bit: the same
-/// tokens with the same logprobs and alternatives (ARCHITECTURE.md, invariants: logits do not
+/// Slots decoding side by side give each request the reply it gets alone, to the bit, greedy or
+/// sampled with a seed: the same tokens with the same logprobs and alternatives (ARCHITECTURE.md, invariants: logits do not
 /// depend on the batch a token is in nor on the KV cells its sequence got; every matrix of the
 /// Gemma file is packed on x86). Interleaved requests get cells in other blocks of the cache than
 /// alone, which moved logprobs by up to 0.15 when attention's softmax sums depended on them; a
@@ -226,10 +226,13 @@ fn four_parallel_streams_match_serial_replies() {
         "What is the capital of Italy?",
         "Count from one to five.",
     ];
-    let body = |p: &str| {
-        json!({"model": "gemma", "prompt": p, "stream": true,
+    // Two greedy requests and two sampled with a seed, which must draw the same tokens.
+    let body = |i: usize| {
+        let (temperature, seed) = if i % 2 == 0 { (0.0, 0) } else { (0.9, 7 + i) };
+        json!({"model": "gemma", "prompt": prompts[i], "stream": true,
                "logprobs": true, "top_logprobs": 5,
-               "options": {"num_predict": 24, "temperature": 0, "num_ctx": 1024}})
+               "options": {"num_predict": 24, "temperature": temperature, "seed": seed,
+                           "num_ctx": 1024}})
     };
     let text = |lines: &[Value]| -> String { lines.iter().filter_map(|l| l["response"].as_str()).collect() };
     generate(
@@ -239,17 +242,15 @@ fn four_parallel_streams_match_serial_replies() {
     );
 
     let t0 = Instant::now();
-    let serial: Vec<Vec<Value>> = prompts
-        .iter()
-        .map(|p| ndjson(d.post("/api/generate", &body(p))))
+    let serial: Vec<Vec<Value>> = (0..prompts.len())
+        .map(|i| ndjson(d.post("/api/generate", &body(i))))
         .collect();
     let serial_time = t0.elapsed();
 
     let t0 = Instant::now();
-    let handles: Vec<_> = prompts
-        .iter()
-        .map(|p| {
-            let (url, client, b) = (d.url("/api/generate"), d.client().clone(), body(p));
+    let handles: Vec<_> = (0..prompts.len())
+        .map(|i| {
+            let (url, client, b) = (d.url("/api/generate"), d.client().clone(), body(i));
             thread::spawn(move || ndjson(client.post(url).json(&b).send().unwrap()))
         })
         .collect();
