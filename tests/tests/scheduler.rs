@@ -228,7 +228,11 @@ fn four_parallel_streams_match_serial_replies() {
     ];
     // Two greedy requests and two sampled with a seed, which must draw the same tokens.
     let body = |i: usize| {
-        let (temperature, seed) = if i % 2 == 0 { (0.0, 0) } else { (0.9, 7 + i) };
+        let (temperature, seed) = if i.is_multiple_of(2) {
+            (0.0, 0)
+        } else {
+            (0.9, 7 + i)
+        };
         json!({"model": "gemma", "prompt": prompts[i], "stream": true,
                "logprobs": true, "top_logprobs": 5,
                "options": {"num_predict": 24, "temperature": temperature, "seed": seed,
