@@ -15,7 +15,8 @@ use crate::{Error, Result};
 /// How a context is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextParams {
-    /// KV cells, shared by all sequences; each sequence may hold `n_ctx / n_seq_max` of them.
+    /// KV cells, shared by all sequences; each sequence may hold `n_ctx / n_seq_max` of them
+    /// (all of them with `kv_unified`).
     pub n_ctx: u32,
     /// Most tokens evaluated in one forward pass; larger batches are split.
     pub n_batch: u32,
@@ -26,6 +27,9 @@ pub struct ContextParams {
     pub n_threads: usize,
     /// Compute pooled embeddings of each sequence in every decoded batch.
     pub embeddings: bool,
+    /// Every sequence may hold all `n_ctx` cells (llama.cpp's `kv_unified`), as when a batch of
+    /// short sequences and a long one alone take turns in the same cache.
+    pub kv_unified: bool,
 }
 
 impl Default for ContextParams {
@@ -37,6 +41,7 @@ impl Default for ContextParams {
             kv_type: KvType::F16,
             n_threads: 0,
             embeddings: false,
+            kv_unified: false,
         }
     }
 }
@@ -97,7 +102,12 @@ impl Context {
             n_batch as usize,
             params.kv_type,
         )?;
-        let ropes = model.layer_ropes(params.n_ctx / params.n_seq_max);
+        let n_ctx_seq = if params.kv_unified {
+            params.n_ctx
+        } else {
+            params.n_ctx / params.n_seq_max
+        };
+        let ropes = model.layer_ropes(n_ctx_seq);
         let pool = ThreadPool::new(params.n_threads)
             .map_err(|e| Error::InvalidArgument(format!("cannot start worker threads: {e}")))?;
         Ok(Context {
@@ -126,7 +136,11 @@ impl Context {
 
     /// Cells one sequence may hold.
     pub fn n_ctx_seq(&self) -> u32 {
-        self.params.n_ctx / self.params.n_seq_max
+        if self.params.kv_unified {
+            self.params.n_ctx
+        } else {
+            self.params.n_ctx / self.params.n_seq_max
+        }
     }
 
     pub fn n_batch(&self) -> u32 {

@@ -18,7 +18,7 @@ use engine::generate::{generate_greedy, GenerateParams};
 use engine::sample::{Sampler, SamplingOptions};
 use engine::stop::{DoneReason, PredictLimit, StopMatcher};
 use engine::tokenizer::Vocab;
-use engine::{Batch, Context, ContextParams, Model, ModelParams, TokenId};
+use engine::{Batch, Context, ContextParams, Error, Model, ModelParams, TokenId};
 
 #[path = "models/retoken.rs"]
 mod retoken;
@@ -378,39 +378,55 @@ fn logprobs_come_with_each_token() {
     }
 }
 
+/// An embedding request's inputs, evaluated several per pass (and a long one alone, in
+/// micro-batches), each get the bits of a decode of that input alone; an empty or too long input
+/// fails the request before any work.
 #[test]
 fn embeddings_match_a_direct_decode() {
     let (m, v) = llama();
     let r = spawn(&m, &v, params(128, 1));
-    let (tx, rx) = mpsc::channel();
-    r.submit(Command::Embed(EmbedRequest {
-        inputs: vec![PROMPT.to_vec(), PROMPT[..5].to_vec()],
-        cancel: Cancel::new(),
-        reply: Box::new(move |res| tx.send(res).unwrap()),
-    }))
-    .ok()
-    .unwrap();
-    let got = rx.recv().unwrap().unwrap();
-    assert_eq!(got.len(), 2);
-    let mut c = Context::new(
-        m.clone(),
-        ContextParams {
-            n_ctx: 128,
-            n_threads: 2,
-            embeddings: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    c.decode(&Batch::from_tokens(&PROMPT, 0, 0)).unwrap();
-    let want = c.embeddings(0).unwrap();
-    let diff = got[0]
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(diff < 1e-5, "{diff}");
+    let embed = |inputs: Vec<Vec<u32>>| {
+        let (tx, rx) = mpsc::channel();
+        r.submit(Command::Embed(EmbedRequest {
+            inputs,
+            cancel: Cancel::new(),
+            reply: Box::new(move |res| tx.send(res).unwrap()),
+        }))
+        .ok()
+        .unwrap();
+        rx.recv().unwrap()
+    };
+    // 40 inputs of 1 to 12 tokens (a batch of 64 takes 5 to 16 of them), then one of 100 tokens
+    // (two micro-batches) between two short ones.
+    let mut inputs: Vec<Vec<u32>> = (0..40).map(|i| PROMPT[..1 + i % 12].to_vec()).collect();
+    let long: Vec<u32> = PROMPT.iter().cycle().take(100).copied().collect();
+    inputs.splice(20..20, [long]);
+    let got = embed(inputs.clone()).unwrap();
+    assert_eq!(got.len(), inputs.len());
+    for (i, (input, got)) in inputs.iter().zip(&got).enumerate() {
+        let mut c = Context::new(
+            m.clone(),
+            ContextParams {
+                n_ctx: 128,
+                n_threads: 2,
+                embeddings: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        c.decode(&Batch::from_tokens(input, 0, 0)).unwrap();
+        let want = c.embeddings(0).unwrap();
+        assert!(
+            got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "input {i} ({} tokens)",
+            input.len()
+        );
+    }
     assert!(got[0] != got[1]);
+    for bad in [vec![], vec![5; 129]] {
+        let err = embed(vec![PROMPT.to_vec(), bad]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
 }
 
 #[test]

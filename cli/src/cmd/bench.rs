@@ -134,6 +134,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             kv_type: KvType::F16,
             n_threads: args.threads,
             embeddings: false,
+            kv_unified: false,
         },
     )?;
     // Time to first token: from the start of the command (model load included) to the logits of

@@ -314,6 +314,7 @@ impl Runner {
                 kv_type: params.kv_type,
                 n_threads: params.n_threads,
                 embeddings: false,
+                kv_unified: false,
             },
         )?;
         let slots = (0..params.n_slots)
@@ -722,47 +723,76 @@ impl Runner {
         (req.reply)(result);
     }
 
+    /// Embeds the inputs, several per forward pass: inputs that fit one batch together go in as
+    /// sequences of one batch (a sentence or a short chunk alone would be a pass of a few tokens,
+    /// where the matrices' reads dominate), a longer one alone. No logits are computed. Every
+    /// input gets the bits it gets alone (ARCHITECTURE.md, invariants).
     fn embed_inputs(&mut self, inputs: &[Vec<TokenId>], cancel: &Cancel) -> Result<Vec<Vec<f32>>> {
+        let n_ctx = self.params.n_ctx as usize;
+        for tokens in inputs {
+            if tokens.is_empty() {
+                return Err(Error::InvalidArgument("cannot embed an empty input".into()));
+            }
+            if tokens.len() > n_ctx {
+                return Err(Error::InvalidArgument(format!(
+                    "the input has {} tokens, the context {n_ctx}",
+                    tokens.len()
+                )));
+            }
+        }
         if self.embed_ctx.is_none() {
             self.embed_ctx = Some(Context::new(
                 self.model.clone(),
                 ContextParams {
                     n_ctx: self.params.n_ctx,
                     n_batch: self.params.n_batch,
-                    n_seq_max: 1,
+                    n_seq_max: EMBED_SEQS.min(self.params.n_ctx),
                     kv_type: self.params.kv_type,
                     n_threads: self.params.n_threads,
                     embeddings: true,
+                    kv_unified: true,
                 },
             )?);
         }
         let ctx = self.embed_ctx.as_mut().expect("made above");
+        let (n_seq, n_batch) = (ctx.params().n_seq_max as usize, ctx.n_batch() as usize);
         let mut out = Vec::with_capacity(inputs.len());
-        for tokens in inputs {
+        let mut batch = Batch::new();
+        let mut first = 0;
+        while first < inputs.len() {
             if cancel.is_cancelled() {
                 return Err(Error::InvalidArgument("cancelled".into()));
             }
-            if tokens.is_empty() {
-                return Err(Error::InvalidArgument("cannot embed an empty input".into()));
+            // This input and the ones after it that fit the same batch.
+            let mut end = first + 1;
+            let mut total = inputs[first].len();
+            while end < inputs.len() && end - first < n_seq && total + inputs[end].len() <= n_batch {
+                total += inputs[end].len();
+                end += 1;
             }
-            if tokens.len() > ctx.n_ctx_seq() as usize {
-                return Err(Error::InvalidArgument(format!(
-                    "the input has {} tokens, the context {}",
-                    tokens.len(),
-                    ctx.n_ctx_seq()
-                )));
+            batch.clear();
+            for (seq, tokens) in inputs[first..end].iter().enumerate() {
+                for (pos, &t) in tokens.iter().enumerate() {
+                    batch.add(t, pos as Pos, seq as SeqId, false);
+                }
             }
             ctx.clear();
-            ctx.decode(&Batch::from_tokens(tokens, 0, 0))?;
-            let e = ctx
-                .embeddings(0)
-                .ok_or_else(|| Error::InvalidArgument("no embedding computed".into()))?;
-            out.push(e.to_vec());
+            ctx.decode(&batch)?;
+            for seq in 0..end - first {
+                let e = ctx
+                    .embeddings(seq as SeqId)
+                    .ok_or_else(|| Error::InvalidArgument("no embedding computed".into()))?;
+                out.push(e.to_vec());
+            }
+            first = end;
         }
         ctx.clear();
         Ok(out)
     }
 }
+
+/// Most inputs of an embedding request evaluated together, as sequences of one batch.
+const EMBED_SEQS: u32 = 16;
 
 fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
