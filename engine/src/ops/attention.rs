@@ -4,10 +4,10 @@
 //! head (GQA) read the same rows. Numerics follow llama.cpp's CPU path: the query is rounded
 //! through the cache's dot format (f16 for an F16 cache, Q8_0 blocks for a Q8_0 one), and with
 //! an F16 cache the softmax weights are rounded to f16 before weighting V; as in its flash
-//! attention, the weighted sum is scaled by the inverse of the weights' sum last. Scores, the softmax and
-//! the weighted sums are in f32 with fused multiply-adds in a fixed order per query (see
-//! [`crate::kernels::attn`]): the maximum score first (exact), then one chain of additions per
-//! query over its cells in ascending order. So a query gives the same bits whatever tile, batch
+//! attention, the weighted sum is scaled by the inverse of the weights' sum last. Scores, the
+//! softmax and the weighted sums are in f32 with fused multiply-adds in a fixed order per query
+//! (see [`crate::kernels::attn`]): the maximum score first (exact), then one chain of additions
+//! per query over its cells in ascending order. So a query gives the same bits whatever tile, batch
 //! or instruction-set tier computes it, and whichever cells hold its sequence: a request's answer
 //! does not change with what other sequences occupy the cache.
 
@@ -317,8 +317,8 @@ pub struct TileScratch {
 /// all queries of the tile, the scores are a small f32 GEMM (queries x cells), a first pass takes
 /// each query's maximum, then a second pass takes the same scores (kept, or computed again past
 /// [`KEEP_SCORES`]), turns them into weights, adds them up and adds the block's V rows (converted
-/// once) times them into f32 accumulators, times the sums' inverses at the end. Memory is bounded by
-/// the tile, the block and [`KEEP_SCORES`], whatever the context length.
+/// once) times them into f32 accumulators, times the sums' inverses at the end. Memory is bounded
+/// by the tile, the block and [`KEEP_SCORES`], whatever the context length.
 ///
 /// `q[r]` holds all `n_head` query heads of row `r`; `cells[r]` the cells row `r` may see, in
 /// ascending order (the causal and sliding-window masks are these lists). Writes `head_dim_v`
