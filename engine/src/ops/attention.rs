@@ -744,20 +744,26 @@ mod tests {
         got
     }
 
+    /// `n_head` query heads over `n_kv_head` KV heads of `head_dim` (keys and values), scores
+    /// scaled by 1/8, no soft-capping.
+    fn plain_shape(n_head: usize, n_kv_head: usize, head_dim: usize) -> AttnShape {
+        AttnShape {
+            n_head,
+            n_kv_head,
+            head_dim_k: head_dim,
+            head_dim_v: head_dim,
+            kq_scale: 0.125,
+            softcap: 0.0,
+        }
+    }
+
     /// A sequence's keys and values in other cells (further on in the cache, or every other cell,
     /// as when requests interleave) give the same bits: the blocks of cells only shape the work.
     #[test]
     fn outputs_do_not_depend_on_the_cells() {
         let mut seed = 13;
         let (ty, dk, nh, nkv, n) = (GgmlType::F16, 64, 6, 2, 150);
-        let shape = AttnShape {
-            n_head: nh,
-            n_kv_head: nkv,
-            head_dim_k: dk,
-            head_dim_v: dk,
-            kq_scale: 0.125,
-            softcap: 0.0,
-        };
+        let shape = plain_shape(nh, nkv, dk);
         // The sequence's rows, token by token, each head's keys (values) of one token together.
         let (ks, vs) = (random(n * nkv * dk, &mut seed), random(n * nkv * dk, &mut seed));
         let qs: Vec<Vec<f32>> = (0..9).map(|_| random(nh * dk, &mut seed)).collect();
@@ -816,14 +822,7 @@ mod tests {
         quantize_row(ty, &random(n_cells * nkv * dk, &mut seed), &mut kb);
         quantize_row(ty, &random(n_cells * nkv * dk, &mut seed), &mut vb);
         let kv = KvView { ty, k: &kb, v: &vb };
-        let shape = AttnShape {
-            n_head: nh,
-            n_kv_head: nkv,
-            head_dim_k: dk,
-            head_dim_v: dk,
-            kq_scale: 0.125,
-            softcap: 0.0,
-        };
+        let shape = plain_shape(nh, nkv, dk);
         let visible: Vec<Vec<u32>> = (n_cells - 8..n_cells).map(|t| (0..=t as u32).collect()).collect();
         let qs: Vec<Vec<f32>> = visible.iter().map(|_| random(nh * dk, &mut seed)).collect();
         let isa = Isa::active();
