@@ -46,6 +46,17 @@ impl Default for ContextParams {
     }
 }
 
+impl ContextParams {
+    /// Cells one sequence may hold.
+    fn seq_cells(&self) -> u32 {
+        if self.kv_unified {
+            self.n_ctx
+        } else {
+            self.n_ctx / self.n_seq_max
+        }
+    }
+}
+
 /// Pooled embedding being accumulated for one sequence during a decode.
 #[derive(Clone)]
 struct Pooled {
@@ -102,12 +113,7 @@ impl Context {
             n_batch as usize,
             params.kv_type,
         )?;
-        let n_ctx_seq = if params.kv_unified {
-            params.n_ctx
-        } else {
-            params.n_ctx / params.n_seq_max
-        };
-        let ropes = model.layer_ropes(n_ctx_seq);
+        let ropes = model.layer_ropes(params.seq_cells());
         let pool = ThreadPool::new(params.n_threads)
             .map_err(|e| Error::InvalidArgument(format!("cannot start worker threads: {e}")))?;
         Ok(Context {
@@ -136,11 +142,7 @@ impl Context {
 
     /// Cells one sequence may hold.
     pub fn n_ctx_seq(&self) -> u32 {
-        if self.params.kv_unified {
-            self.params.n_ctx
-        } else {
-            self.params.n_ctx / self.params.n_seq_max
-        }
+        self.params.seq_cells()
     }
 
     pub fn n_batch(&self) -> u32 {
