@@ -276,6 +276,38 @@ fn q8_0_cache_is_close_to_f16() {
     assert_eq!(argmax(&f16), argmax(&q8));
 }
 
+/// A prompt's logits at every position have the same bits in one batch (the batched matrix
+/// kernels) as token by token (decode's): so a prompt-cache hit, which skips the prompt's
+/// batch, or a slot decoding beside others never changes a reply. Run on each tier the machine
+/// has, with the quantized tiny models (NEON under qemu by `scripts/aarch64-test.sh`).
+#[test]
+fn a_batch_gives_the_bits_of_token_by_token() {
+    for name in [
+        "tiny-llama-spm-e64-q4_0.gguf",
+        "tiny-llama-spm-e64-q8_0.gguf",
+        "tiny-llama-spm-e256-q4_k_m.gguf",
+        "tiny-llama-spm-e256-tied-q6_k.gguf",
+    ] {
+        let m = tiny(name);
+        let mut c = ctx(&m, 64, 512, 1);
+        let mut batch = Batch::new();
+        for (i, &t) in PROMPT.iter().enumerate() {
+            batch.add(t, i as i32, 0, true);
+        }
+        c.decode(&batch).unwrap();
+        let whole: Vec<Vec<f32>> = (0..PROMPT.len()).map(|i| c.logits(i).unwrap().to_vec()).collect();
+        let mut c = ctx(&m, 64, 512, 1);
+        for (i, &t) in PROMPT.iter().enumerate() {
+            let one = last_logits(&mut c, &[t], i as i32, 0);
+            assert!(
+                one.iter().zip(&whole[i]).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name} position {i}: logits differ by {}",
+                max_diff(&one, &whole[i])
+            );
+        }
+    }
+}
+
 /// A sequence's logits have the same bits whichever KV cells it was given: with another
 /// sequence's tokens (or freed cells) before it, its cells straddle the attention's blocks of
 /// cells differently, and a parallel request must not change a request's answer.

@@ -12,6 +12,11 @@
 //! `out += s_r * d_t * Σ v_i a_i  -  m_r * msum_t`, where `v_i` are the expanded values,
 //! `d_t` the activation scale and `msum_t` the activation sum term of that sub-block. This is the
 //! same integer sum per sub-block as the reference, scaled in f32.
+//!
+//! The panels also keep the K-quants' integer sub-block scales and minimums and their super-block
+//! `d` and `dmin` ([`Expansion::int_scales`]): NEON's micro-kernel sums a super-block in integers
+//! and scales it once, as its row kernels do, so that a token gets the same bits in a batch as
+//! alone (the x86 tiers get that from their packed kernels instead).
 
 use std::sync::Mutex;
 
@@ -34,6 +39,9 @@ pub struct Expansion {
     /// then multiplies the stored values as unsigned bytes directly (no sign trick) and sums a
     /// few steps' `maddubs` pairs in i16 before widening (see [`Expansion::i16_steps`]).
     pub unsigned: Option<(i8, u8)>,
+    /// Whether each sub-block's scale (and minimum) is a small integer times its super-block's
+    /// `d` (and `dmin`): the K-quants and IQ4_XS, 256 elements per super-block.
+    pub int_scales: bool,
 }
 
 impl Expansion {
@@ -64,33 +72,39 @@ pub fn expansion(ty: GgmlType) -> Option<Expansion> {
         sub,
         has_min,
         unsigned,
+        int_scales: ty.block_size() == 256,
     })
 }
 
 /// One expanded panel: `vals[j][k][r][4]` (sub-block `j`, step `k` of four elements, row `r`),
-/// `scales[j][r]`, `mins[j][r]`. Rows past the matrix's end have zero values and scales.
+/// `scales[j][r]`, `mins[j][r]`; for [`Expansion::int_scales`] types also `iscales[j][r]`,
+/// `imins[j][r]` (the integers) and `sb_d[s][r]`, `sb_dmin[s][r]` (super-block `s`), with
+/// `scales[j][r] = sb_d[s][r] * iscales[j][r]` for the sub-blocks `j` of `s`. Rows past the
+/// matrix's end have zero values and scales.
+#[derive(Default)]
 pub struct Panel {
     pub vals: Vec<i8>,
     pub scales: Vec<f32>,
     pub mins: Vec<f32>,
+    pub iscales: Vec<i32>,
+    pub imins: Vec<i32>,
+    pub sb_d: Vec<f32>,
+    pub sb_dmin: Vec<f32>,
     pub n_sub: usize,
 }
 
 impl Panel {
     pub fn new() -> Panel {
-        Panel {
-            vals: Vec::new(),
-            scales: Vec::new(),
-            mins: Vec::new(),
-            n_sub: 0,
-        }
+        Panel::default()
     }
 }
 
-impl Default for Panel {
-    fn default() -> Self {
-        Panel::new()
-    }
+/// A sub-block's scale and minimum as its block states them.
+enum SubScale {
+    /// The 32-element formats: an f16 scale (and minimum) per block.
+    Float { s: f32, m: f32 },
+    /// The K-quants: integers times the super-block's `d` and `dmin`.
+    Int { d: f32, dmin: f32, s: i32, m: i32 },
 }
 
 #[inline]
@@ -115,6 +129,18 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, o
     if e.has_min {
         p.mins.resize(n_sub * PANEL_ROWS, 0.0);
     }
+    let n_int = if e.int_scales { n_sub } else { 0 };
+    p.iscales.clear();
+    p.iscales.resize(n_int * PANEL_ROWS, 0);
+    p.imins.clear();
+    p.sb_d.clear();
+    p.sb_d
+        .resize(n / 256 * PANEL_ROWS * usize::from(e.int_scales), 0.0);
+    p.sb_dmin.clear();
+    if e.int_scales && e.has_min {
+        p.imins.resize(n_int * PANEL_ROWS, 0);
+        p.sb_dmin.resize(n / 256 * PANEL_ROWS, 0.0);
+    }
     let bb = ty.type_size() as usize;
     let bs = ty.block_size() as usize;
     // Element `e` of row `r` goes to byte `4 * (16 * (e / 4) + r) + e % 4`: step `e / 4` (sub-block
@@ -125,10 +151,23 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, o
         for (bi, b) in row.chunks_exact(bb).enumerate() {
             // Values of this block into `v`, scales/mins per sub-block into the panel.
             let j0 = bi * bs / e.sub;
-            block_values(ty, b, &mut v, &mut |j: usize, s: f32, m: f32| {
-                p.scales[(j0 + j) * PANEL_ROWS + r] = s;
+            block_values(ty, b, &mut v, &mut |j: usize, scale: SubScale| {
+                let at = (j0 + j) * PANEL_ROWS + r;
+                let (s, m) = match scale {
+                    SubScale::Float { s, m } => (s, m),
+                    SubScale::Int { d, dmin, s, m } => {
+                        p.iscales[at] = s;
+                        p.sb_d[bi * PANEL_ROWS + r] = d;
+                        if e.has_min {
+                            p.imins[at] = m;
+                            p.sb_dmin[bi * PANEL_ROWS + r] = dmin;
+                        }
+                        (d * s as f32, dmin * m as f32)
+                    }
+                };
+                p.scales[at] = s;
                 if e.has_min {
-                    p.mins[(j0 + j) * PANEL_ROWS + r] = m;
+                    p.mins[at] = m;
                 }
             });
             let steps = &mut p.vals[bi * bs * PANEL_ROWS..(bi + 1) * bs * PANEL_ROWS];
@@ -143,8 +182,9 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, o
     }
 }
 
-/// The signed values of one block in element order, with `put(sub, scale, min)` per sub-block.
-fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(usize, f32, f32)) {
+/// The signed values of one block in element order, with `put(sub, scale)` per sub-block.
+fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(usize, SubScale)) {
+    let float = |s: f32, m: f32| SubScale::Float { s, m };
     use GgmlType::*;
     match ty {
         // One loop per type (not one branch per value): each compiles to vector code.
@@ -153,21 +193,21 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
                 v[j] = (q & 15) as i8 - 8;
                 v[j + 16] = (q >> 4) as i8 - 8;
             }
-            put(0, f16(b, 0), 0.0);
+            put(0, float(f16(b, 0), 0.0));
         }
         IQ4_NL => {
             for (j, &q) in b[2..18].iter().enumerate() {
                 v[j] = IQ4NL_VALUES[usize::from(q & 15)];
                 v[j + 16] = IQ4NL_VALUES[usize::from(q >> 4)];
             }
-            put(0, f16(b, 0), 0.0);
+            put(0, float(f16(b, 0), 0.0));
         }
         Q4_1 => {
             for j in 0..16 {
                 v[j] = (b[4 + j] & 15) as i8;
                 v[j + 16] = (b[4 + j] >> 4) as i8;
             }
-            put(0, f16(b, 0), f16(b, 2));
+            put(0, float(f16(b, 0), f16(b, 2)));
         }
         Q5_0 | Q5_1 => {
             let o = if ty == Q5_0 { 2 } else { 4 };
@@ -179,13 +219,13 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
                 v[j] = ((b[o + 4 + j] & 15) | (h0 << 4)) as i8 - off;
                 v[j + 16] = ((b[o + 4 + j] >> 4) | (h1 << 4)) as i8 - off;
             }
-            put(0, f16(b, 0), if ty == Q5_1 { f16(b, 2) } else { 0.0 });
+            put(0, float(f16(b, 0), if ty == Q5_1 { f16(b, 2) } else { 0.0 }));
         }
         Q8_0 => {
             for j in 0..32 {
                 v[j] = b[2 + j] as i8;
             }
-            put(0, f16(b, 0), 0.0);
+            put(0, float(f16(b, 0), 0.0));
         }
         Q4_K | Q5_K => {
             let (d, dmin) = (f16(b, 0), f16(b, 2));
@@ -198,7 +238,15 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
             for j in 0..8 {
                 let (s, m) = scale_min_k4(j, sc);
                 // The min enters as `-dmin*m * Σa`: stored positive, subtracted by the kernel.
-                put(j, d * f32::from(s), dmin * f32::from(m));
+                put(
+                    j,
+                    SubScale::Int {
+                        d,
+                        dmin,
+                        s: s.into(),
+                        m: m.into(),
+                    },
+                );
                 let (c, hi) = (j / 2, j % 2);
                 for l in 0..32 {
                     let q = if hi == 0 {
@@ -223,14 +271,30 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
                 }
             }
             for j in 0..16 {
-                put(j, d * f32::from(b[192 + j] as i8), 0.0);
+                put(
+                    j,
+                    SubScale::Int {
+                        d,
+                        dmin: 0.0,
+                        s: (b[192 + j] as i8).into(),
+                        m: 0,
+                    },
+                );
             }
         }
         Q3_K => {
             let d = f16(b, 108);
             let sc = q3_k_scales(b[96..108].try_into().expect("12 bytes"));
             for j in 0..16 {
-                put(j, d * f32::from(sc[j]), 0.0);
+                put(
+                    j,
+                    SubScale::Int {
+                        d,
+                        dmin: 0.0,
+                        s: sc[j].into(),
+                        m: 0,
+                    },
+                );
             }
             for hh in 0..2 {
                 for j in 0..4 {
@@ -245,7 +309,15 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
         Q2_K => {
             let (d, dmin) = (f16(b, 80), f16(b, 82));
             for j in 0..16 {
-                put(j, d * f32::from(b[j] & 15), dmin * f32::from(b[j] >> 4));
+                put(
+                    j,
+                    SubScale::Int {
+                        d,
+                        dmin,
+                        s: (b[j] & 15).into(),
+                        m: (b[j] >> 4).into(),
+                    },
+                );
             }
             for hh in 0..2 {
                 for j in 0..4 {
@@ -260,7 +332,15 @@ fn block_values(ty: GgmlType, b: &[u8], v: &mut [i8; 256], put: &mut impl FnMut(
             let sh = u16::from_le_bytes([b[2], b[3]]);
             for ib in 0..8 {
                 let ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((((sh >> (2 * ib)) & 3) as u8) << 4);
-                put(ib, d * (f32::from(ls) - 32.0), 0.0);
+                put(
+                    ib,
+                    SubScale::Int {
+                        d,
+                        dmin: 0.0,
+                        s: i32::from(ls) - 32,
+                        m: 0,
+                    },
+                );
                 for j in 0..16 {
                     let q = b[8 + 16 * ib + j];
                     v[32 * ib + j] = IQ4NL_VALUES[usize::from(q & 15)];
@@ -279,6 +359,9 @@ pub struct ActSide {
     /// `-off · Σa` of each sub-block (`[t][j]`), for kernels whose weight values are stored plus
     /// `off` (unsigned for `vpdpbusd`): an integer sum starts there, with no multiply per use.
     pub osum: Vec<i32>,
+    /// `Σa` of each sub-block (`[t][j]`) for [`Expansion::int_scales`] types with minimums,
+    /// whose integer minimums NEON's micro-kernel multiplies by it.
+    pub sum: Vec<i32>,
     /// What the row minimum is multiplied by, sign included: `-d * Σa` for the K-quants
     /// (`w = s*v - m`), the stored `s = d * Σa` of Q8_1 for Q4_1/Q5_1 (`w = s*v + m`).
     pub msum: Vec<f32>,
@@ -318,10 +401,12 @@ pub fn act_side(
     let mut d = vec![0f32; n_sub * n_tokens];
     let mut osum = vec![0i32; n_sub * n_tokens];
     let mut msum = vec![0f32; n_min * n_tokens];
+    let n_isum = if e.int_scales { n_min } else { 0 };
+    let mut isum = vec![0i32; n_isum * n_tokens];
     {
         // Each chunk of tokens fills its own slices (the locks are never contended).
         const TOKENS: usize = 32;
-        type Part<'a> = (&'a mut [f32], &'a mut [i32], &'a mut [f32]);
+        type Part<'a> = (&'a mut [f32], &'a mut [i32], &'a mut [f32], &'a mut [i32]);
         let parts: Vec<Mutex<Part>> = d
             .chunks_mut(n_sub * TOKENS)
             .zip(osum.chunks_mut(n_sub * TOKENS))
@@ -329,12 +414,16 @@ pub fn act_side(
                 msum.chunks_mut((n_min * TOKENS).max(1))
                     .chain(std::iter::repeat_with(|| &mut [][..])),
             )
-            .map(|((d, o), m)| Mutex::new((d, o, m)))
+            .zip(
+                isum.chunks_mut((n_isum * TOKENS).max(1))
+                    .chain(std::iter::repeat_with(|| &mut [][..])),
+            )
+            .map(|(((d, o), m), i)| Mutex::new((d, o, m, i)))
             .collect();
         pool.for_each_chunk(parts.len(), 1, |chunks| {
             for c in chunks {
                 let mut part = parts[c].lock().expect("a chunk of side data");
-                let (d, osum, msum) = &mut *part;
+                let (d, osum, msum, isum) = &mut *part;
                 for (i, t) in (c * TOKENS..((c + 1) * TOKENS).min(n_tokens)).enumerate() {
                     let row = &xq[t * row_bytes..(t + 1) * row_bytes];
                     for j in 0..n_sub {
@@ -366,6 +455,9 @@ pub fn act_side(
                         if n_min > 0 {
                             msum[i * n_sub + j] = mj;
                         }
+                        if n_isum > 0 {
+                            isum[i * n_sub + j] = sum;
+                        }
                     }
                 }
             }
@@ -374,50 +466,10 @@ pub fn act_side(
     ActSide {
         d,
         osum,
+        sum: isum,
         msum,
         qoff,
         n_sub,
-    }
-}
-
-/// The portable micro-kernel: `out[t * out_stride + r] = Σ` over the panel for tokens
-/// `t0..t0+nt` and rows `0..rows`. The reference for the SIMD ones.
-#[allow(clippy::too_many_arguments)]
-pub fn panel_tokens_scalar(
-    p: &Panel,
-    e: Expansion,
-    side: &ActSide,
-    xq: &[u8],
-    row_bytes: usize,
-    tokens: std::ops::Range<usize>,
-    rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let steps = e.sub / 4;
-    for t in tokens {
-        let a = &xq[t * row_bytes..];
-        let mut acc = [0f32; PANEL_ROWS];
-        for j in 0..p.n_sub {
-            let mut isum = [0i32; PANEL_ROWS];
-            let q = &a[side.qoff[j] as usize..];
-            for k in 0..steps {
-                let base = (j * steps + k) * PANEL_ROWS * 4;
-                for r in 0..PANEL_ROWS {
-                    for b in 0..4 {
-                        isum[r] += i32::from(p.vals[base + 4 * r + b]) * i32::from(q[4 * k + b] as i8);
-                    }
-                }
-            }
-            let d = side.d[t * p.n_sub + j];
-            for r in 0..PANEL_ROWS {
-                acc[r] += isum[r] as f32 * (p.scales[j * PANEL_ROWS + r] * d);
-                if e.has_min {
-                    acc[r] += p.mins[j * PANEL_ROWS + r] * side.msum[t * p.n_sub + j];
-                }
-            }
-        }
-        out[t * out_stride..t * out_stride + rows].copy_from_slice(&acc[..rows]);
     }
 }
 

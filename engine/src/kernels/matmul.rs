@@ -189,8 +189,8 @@ impl Sides {
 }
 
 /// One product of a batch of [`GEMM_MIN_TOKENS`] or more tokens: packed groups (with their side
-/// data `side`), then the other rows through the panel GEMM (or the row kernels for types without
-/// one).
+/// data `side`), then the other rows through the panel GEMM where [`takes_panels`], else the row
+/// kernels.
 fn batch(
     pool: &ThreadPool,
     isa: Isa,
@@ -216,11 +216,21 @@ fn batch(
     if rows.is_empty() {
         return;
     }
-    if gemm::expansion(w.ty).is_some() {
+    if takes_panels(isa, w) {
         gemm(pool, isa, w, rows, xq, arb, n_tokens, out);
     } else {
         gemv(pool, isa, w, rows, xq, n_tokens, out);
     }
+}
+
+/// Whether a batch multiplies `w`'s row-major rows through the panel GEMM. Not for types without
+/// an expansion, nor for the at most 15 rows past a packed matrix's last group (the x86 tiers'
+/// panel GEMM sums in another order than their row kernels, and those rows would cost a whole
+/// panel), nor on the scalar tier (its row kernels are the reference's formulas, one per type,
+/// which one panel micro-kernel cannot follow). So a token gets the same bits in a batch as
+/// alone, except with `OLLAMARS_PACK=0` on x86.
+fn takes_panels(isa: Isa, w: &Matrix) -> bool {
+    gemm::expansion(w.ty).is_some() && w.packed_rows == 0 && isa != Isa::Scalar
 }
 
 /// The checks shared by [`matmul`] and [`matmul_many`].
@@ -454,7 +464,7 @@ unsafe fn packed_groups(
     unreachable!("packed matrices only on tiers with packed kernels");
 }
 
-/// Runs the micro-kernel of `isa` (the portable one for the scalar tier).
+/// Runs the micro-kernel of `isa`.
 unsafe fn run_tile(
     isa: Isa,
     tile: &Tile,
@@ -470,21 +480,7 @@ unsafe fn run_tile(
         Isa::Avx2 | Isa::AvxVnni => super::x86::gemm_avx2(tile, tokens, out, os, rows),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => super::neon::gemm(tile, tokens, out, os, rows),
-        _ => {
-            let len = (tokens.end - 1) * os + rows;
-            let o = std::slice::from_raw_parts_mut(out, len);
-            gemm::panel_tokens_scalar(
-                tile.panel,
-                tile.e,
-                tile.side,
-                tile.xq,
-                tile.row_bytes,
-                tokens,
-                rows,
-                o,
-                os,
-            );
-        }
+        _ => unreachable!("no panel GEMM on {isa}"),
     }
 }
 
@@ -556,19 +552,18 @@ mod tests {
         }
     }
 
-    /// A token's packed product is the same, bit for bit, alone (decode's one-column kernels)
-    /// and inside a batch (the multi-column tiles, or a few tokens decoded together): decode and
-    /// prefill never disagree, nor does a slot decoding beside others.
+    /// A token's product is the same, bit for bit, alone (decode's one-column kernels) and
+    /// inside a batch (the multi-column tiles, or a few tokens decoded together): decode and
+    /// prefill never disagree, nor does a slot decoding beside others. On the x86 tiers the
+    /// matrices are packed, with a row-major tail; NEON and the scalar tier have no packed kernels
+    /// and take the row kernels and the panel GEMM.
     #[test]
-    fn packed_decode_matches_batch_bitwise() {
+    fn decode_matches_batch_bitwise() {
         use crate::kernels::packed;
         let pool = ThreadPool::new(2).unwrap();
         let mut rng = Rng::new(21);
         for isa in Isa::supported() {
             for ty in packed::TYPES {
-                if !can_use_packed(isa, ty) {
-                    continue;
-                }
                 // 5 super-blocks: K-quant batches unpack them in more than one chunk; 13 tokens
                 // use the 8-, 4- and 1-token tiles; 48 rows: pairs of groups and single ones in
                 // batches, single groups in decode; 760 rows: decode chunks of 2 groups on 2
@@ -588,7 +583,12 @@ mod tests {
                     .flat_map(|n| counts.iter().map(move |c| (n, c)))
                 {
                     let n = 5 * ty.block_size() as usize;
-                    let (data, packed_rows) = packed_copy(ty, n, &random_rows(&mut rng, ty, n, n_out));
+                    let data = random_rows(&mut rng, ty, n, n_out);
+                    let (data, packed_rows) = if can_use_packed(isa, ty) {
+                        packed_copy(ty, n, &data)
+                    } else {
+                        (data, 0)
+                    };
                     let w = matrix(ty, n, &data, packed_rows);
                     let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
                     let mut batch = vec![0f32; n_out * n_tokens];
@@ -597,9 +597,7 @@ mod tests {
                         let mut one = vec![f32::NAN; n_out];
                         matmul(&pool, isa, &w, x, 1, &mut one);
                         let want = &batch[t * n_out..(t + 1) * n_out];
-                        // The row-major tail goes through the row kernels in decode and the panel
-                        // GEMM in batches, which sum in other orders (the reference test covers it).
-                        let bad: Vec<usize> = (0..packed_rows)
+                        let bad: Vec<usize> = (0..n_out)
                             .filter(|&r| one[r].to_bits() != want[r].to_bits())
                             .collect();
                         assert!(bad.is_empty(), "{isa} {ty} n_out {n_out} token {t}: rows {bad:?}");

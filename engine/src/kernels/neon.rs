@@ -95,6 +95,9 @@ unsafe fn q32_values(ty: GgmlType, p: *const u8) -> (int8x16_t, int8x16_t) {
     }
 }
 
+/// One f32 chain per row with one fused multiply-add per block (and one more for Q4_1's and
+/// Q5_1's minimum), in block order: the panel GEMM's steps, so that a token gets the same bits
+/// alone as in a batch.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
 unsafe fn q32_rows<const R: usize>(
@@ -107,27 +110,39 @@ unsafe fn q32_rows<const R: usize>(
     let wb = block_bytes(ty);
     let q81 = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
     let ab = if q81 { Q8_1_BYTES } else { Q8_0_BYTES };
-    let mut acc = [vdupq_n_f32(0.0); R];
-    let mut accm = [0f32; R];
+    let mut acc = [0f32; R];
+    // Four rows go in the lanes of one vector.
+    let mut acc4 = vdupq_n_f32(0.0);
     for i in 0..nb {
         let ap = a.add(i * ab);
         let (a0, a1) = (ld8(ap.add(ab - 32)), ld8(ap.add(ab - 16)));
         let da = ld_f16(ap);
-        for r in 0..R {
-            let wp = w.add(r * ws + i * wb);
-            let (w0, w1) = q32_values(ty, wp);
-            let s = sdot(sdot(vdupq_n_s32(0), w0, a0), w1, a1);
-            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), ld_f16(wp) * da);
+        let wp: [*const u8; R] = std::array::from_fn(|r| w.add(r * ws + i * wb));
+        let s: [int32x4_t; R] = std::array::from_fn(|r| {
+            let (w0, w1) = q32_values(ty, wp[r]);
+            sdot(sdot(vdupq_n_s32(0), w0, a0), w1, a1)
+        });
+        if R == 4 {
+            let tot = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+            let sw: [f32; 4] = std::array::from_fn(|r| ld_f16(wp[r]));
+            acc4 = vfmaq_f32(acc4, vcvtq_f32_s32(tot), vmulq_n_f32(vld1q_f32(sw.as_ptr()), da));
             if q81 {
-                accm[r] += ld_f16(wp.add(2)) * ld_f16(ap.add(2));
+                let mw: [f32; 4] = std::array::from_fn(|r| ld_f16(wp[r].add(2)));
+                acc4 = vfmaq_n_f32(acc4, vld1q_f32(mw.as_ptr()), ld_f16(ap.add(2)));
+            }
+        } else {
+            for r in 0..R {
+                acc[r] = (vaddvq_s32(s[r]) as f32).mul_add(ld_f16(wp[r]) * da, acc[r]);
+                if q81 {
+                    acc[r] = ld_f16(wp[r].add(2)).mul_add(ld_f16(ap.add(2)), acc[r]);
+                }
             }
         }
     }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = vaddvq_f32(acc[r]) + accm[r];
+    if R == 4 {
+        vst1q_f32(acc.as_mut_ptr(), acc4);
     }
-    out
+    acc
 }
 
 #[inline(always)]
@@ -502,9 +517,16 @@ unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t
     acc
 }
 
+/// `C` tokens from `t0` against the panel. The integer sums of each sub-block are those of the
+/// row kernels; so are the float steps, so that a token gets the same bits in a batch as alone:
+/// for the 32-element formats (`K` false) one fused multiply-add per block, `out += Σ · (s·da)`
+/// (and `out += m · msum` for a minimum); for the K-quants ([`super::gemm::Expansion::
+/// int_scales`]) each sub-block's sums times its integer scale (and the activations' sums times
+/// its integer minimum) add up over the super-block in i32, then `out += (d·da)·Σ - (dmin·da)·Σm`
+/// once per super-block.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn gemm_tile<const C: usize, const SUB: usize, const MIN: bool>(
+unsafe fn gemm_tile<const C: usize, const SUB: usize, const MIN: bool, const K: bool>(
     g: &Tile,
     t0: usize,
     out: *mut f32,
@@ -515,44 +537,90 @@ unsafe fn gemm_tile<const C: usize, const SUB: usize, const MIN: bool>(
     let n_sub = p.n_sub;
     let vals = p.vals.as_ptr();
     let steps = SUB / 4;
+    // Sub-blocks per float step.
+    let per = if K { 256 / SUB } else { 1 };
+    let lanes = |v: &Vec<f32>, at: usize| -> [float32x4_t; 4] {
+        std::array::from_fn(|q| vld1q_f32(v.as_ptr().add(at * PANEL_ROWS + 4 * q)))
+    };
+    let ilanes = |v: &Vec<i32>, at: usize| -> [int32x4_t; 4] {
+        std::array::from_fn(|q| vld1q_s32(v.as_ptr().add(at * PANEL_ROWS + 4 * q)))
+    };
     let mut accf = [[vdupq_n_f32(0.0); 4]; C];
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    for j in 0..n_sub {
-        let mut acci = [[vdupq_n_s32(0); 4]; C];
-        let qo = g.side.qoff[j] as usize;
-        for kk in 0..SUB / 16 {
-            let a: [int8x16_t; C] = std::array::from_fn(|c| ld8(arow[c].add(qo + 16 * kk)));
-            macro_rules! step {
-                ($l:literal) => {{
-                    let base = vals.add((j * steps + 4 * kk + $l) * 64);
-                    let w: [int8x16_t; 4] = std::array::from_fn(|q| vld1q_s8(base.add(16 * q)));
-                    for c in 0..C {
-                        for q in 0..4 {
-                            acci[c][q] = sdot_lane::<$l>(acci[c][q], w[q], a[c]);
+    for sb in 0..n_sub / per {
+        let mut sumi = [[vdupq_n_s32(0); 4]; C];
+        for j in sb * per..(sb + 1) * per {
+            let mut acci = [[vdupq_n_s32(0); 4]; C];
+            let qo = g.side.qoff[j] as usize;
+            for kk in 0..SUB / 16 {
+                let a: [int8x16_t; C] = std::array::from_fn(|c| ld8(arow[c].add(qo + 16 * kk)));
+                macro_rules! step {
+                    ($l:literal) => {{
+                        let base = vals.add((j * steps + 4 * kk + $l) * 64);
+                        let w: [int8x16_t; 4] = std::array::from_fn(|q| vld1q_s8(base.add(16 * q)));
+                        for c in 0..C {
+                            for q in 0..4 {
+                                acci[c][q] = sdot_lane::<$l>(acci[c][q], w[q], a[c]);
+                            }
                         }
-                    }
-                }};
-            }
-            step!(0);
-            step!(1);
-            step!(2);
-            step!(3);
-        }
-        let ws: [float32x4_t; 4] =
-            std::array::from_fn(|q| vld1q_f32(p.scales.as_ptr().add(j * PANEL_ROWS + 4 * q)));
-        for c in 0..C {
-            let d = g.side.d[(t0 + c) * n_sub + j];
-            for q in 0..4 {
-                accf[c][q] = vfmaq_f32(accf[c][q], vcvtq_f32_s32(acci[c][q]), vmulq_n_f32(ws[q], d));
-            }
-        }
-        if MIN {
-            for c in 0..C {
-                let m = g.side.msum[(t0 + c) * n_sub + j];
-                for q in 0..4 {
-                    let wm = vld1q_f32(p.mins.as_ptr().add(j * PANEL_ROWS + 4 * q));
-                    accf[c][q] = vfmaq_n_f32(accf[c][q], wm, m);
+                    }};
                 }
+                step!(0);
+                step!(1);
+                step!(2);
+                step!(3);
+            }
+            if K {
+                let sc = ilanes(&p.iscales, j);
+                for c in 0..C {
+                    for q in 0..4 {
+                        sumi[c][q] = vmlaq_s32(sumi[c][q], acci[c][q], sc[q]);
+                    }
+                }
+                continue;
+            }
+            let ws = lanes(&p.scales, j);
+            for c in 0..C {
+                let d = g.side.d[(t0 + c) * n_sub + j];
+                for q in 0..4 {
+                    accf[c][q] = vfmaq_f32(accf[c][q], vcvtq_f32_s32(acci[c][q]), vmulq_n_f32(ws[q], d));
+                }
+            }
+            if MIN {
+                let wm = lanes(&p.mins, j);
+                for c in 0..C {
+                    let m = g.side.msum[(t0 + c) * n_sub + j];
+                    for q in 0..4 {
+                        accf[c][q] = vfmaq_n_f32(accf[c][q], wm[q], m);
+                    }
+                }
+            }
+        }
+        if !K {
+            continue;
+        }
+        let mut summ = [[vdupq_n_s32(0); 4]; C];
+        if MIN {
+            for j in sb * per..(sb + 1) * per {
+                let m = ilanes(&p.imins, j);
+                for c in 0..C {
+                    let sa = g.side.sum[(t0 + c) * n_sub + j];
+                    for q in 0..4 {
+                        summ[c][q] = vmlaq_n_s32(summ[c][q], m[q], sa);
+                    }
+                }
+            }
+        }
+        let dw = lanes(&p.sb_d, sb);
+        let dm = if MIN { lanes(&p.sb_dmin, sb) } else { dw };
+        for c in 0..C {
+            let da = g.side.d[(t0 + c) * n_sub + sb * per];
+            for q in 0..4 {
+                let mut x = vmulq_f32(vmulq_n_f32(dw[q], da), vcvtq_f32_s32(sumi[c][q]));
+                if MIN {
+                    x = vsubq_f32(x, vmulq_f32(vmulq_n_f32(dm[q], da), vcvtq_f32_s32(summ[c][q])));
+                }
+                accf[c][q] = vaddq_f32(accf[c][q], x);
             }
         }
     }
@@ -567,7 +635,7 @@ unsafe fn gemm_tile<const C: usize, const SUB: usize, const MIN: bool>(
 
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn gemm_body<const SUB: usize, const MIN: bool>(
+unsafe fn gemm_body<const SUB: usize, const MIN: bool, const K: bool>(
     g: &Tile,
     tokens: std::ops::Range<usize>,
     out: *mut f32,
@@ -576,21 +644,23 @@ unsafe fn gemm_body<const SUB: usize, const MIN: bool>(
 ) {
     let mut t = tokens.start;
     while t + 2 <= tokens.end {
-        gemm_tile::<2, SUB, MIN>(g, t, out, os, rows);
+        gemm_tile::<2, SUB, MIN, K>(g, t, out, os, rows);
         t += 2;
     }
     if t < tokens.end {
-        gemm_tile::<1, SUB, MIN>(g, t, out, os, rows);
+        gemm_tile::<1, SUB, MIN, K>(g, t, out, os, rows);
     }
 }
 
 /// Tokens `tokens` of the batch against the panel: `out[t * os + r]` for `r < rows`.
 #[target_feature(enable = "neon,dotprod")]
 pub(super) unsafe fn gemm(g: &Tile, tokens: std::ops::Range<usize>, out: *mut f32, os: usize, rows: usize) {
-    match (g.e.sub, g.e.has_min) {
-        (32, false) => gemm_body::<32, false>(g, tokens, out, os, rows),
-        (32, true) => gemm_body::<32, true>(g, tokens, out, os, rows),
-        (16, false) => gemm_body::<16, false>(g, tokens, out, os, rows),
-        _ => gemm_body::<16, true>(g, tokens, out, os, rows),
+    match (g.e.int_scales, g.e.sub, g.e.has_min) {
+        (false, _, false) => gemm_body::<32, false, false>(g, tokens, out, os, rows),
+        (false, _, true) => gemm_body::<32, true, false>(g, tokens, out, os, rows),
+        (true, 32, false) => gemm_body::<32, false, true>(g, tokens, out, os, rows),
+        (true, 32, true) => gemm_body::<32, true, true>(g, tokens, out, os, rows),
+        (true, _, false) => gemm_body::<16, false, true>(g, tokens, out, os, rows),
+        (true, _, true) => gemm_body::<16, true, true>(g, tokens, out, os, rows),
     }
 }
