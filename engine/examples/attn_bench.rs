@@ -2,7 +2,8 @@
 //!
 //! - `attn_bench [cells] [heads] [kv_heads] [head_dim] [layers] [reps]` (default 4096 cells and
 //!   Qwen2.5 0.5B's 14 query heads of 2 KV heads of 64, 24 layers, 20 tokens). Each "token"
-//!   attends one query row over every cell of every layer's own F16 cache, one KV head's query
+//!   attends one query row over every cell of every layer's own F16 cache (`KV=q8_0` in the
+//!   environment: Q8_0), one KV head's query
 //!   heads per call as the forward pass does, so the caches (50 MB for the default shape) come
 //!   from memory as in a real decode step. Prints milliseconds per token (the best and the
 //!   median over `reps`) and the rate at which the cache is read.
@@ -28,6 +29,26 @@ fn random_f16(n: usize, seed: &mut u64) -> Vec<u8> {
             bits.to_le_bytes()
         })
         .collect()
+}
+
+/// The cache's type: `KV=q8_0` in the environment, else F16.
+fn kv_type() -> GgmlType {
+    std::env::var("KV").map_or(GgmlType::F16, |v| {
+        GgmlType::from_name(&v).unwrap_or_else(|| panic!("KV: unknown type {v}"))
+    })
+}
+
+/// `bytes` of cache of type `ty`: random f16 values, or Q8_0 blocks of a random f16 scale and
+/// random quants.
+fn random_cache(ty: GgmlType, bytes: usize, seed: &mut u64) -> Vec<u8> {
+    let mut b = random_f16(bytes / 2, seed);
+    if ty == GgmlType::Q8_0 {
+        let scales = random_f16(bytes / 34, seed);
+        for (blk, d) in b.chunks_exact_mut(34).zip(scales.chunks_exact(2)) {
+            blk[..2].copy_from_slice(d);
+        }
+    }
+    b
 }
 
 /// The best and the median of `reps` timings of `f`, in milliseconds, after one warm-up call.
@@ -69,10 +90,16 @@ fn main() {
         nkv > 0 && nh % nkv == 0,
         "query heads must be a multiple of KV heads"
     );
-    let half = n_cells * nkv * dk * 2;
+    let ty = kv_type();
+    let half = n_cells * nkv * ty.row_bytes(dk as u64).expect("whole blocks per head") as usize;
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let caches: Vec<(Vec<u8>, Vec<u8>)> = (0..layers)
-        .map(|_| (random_f16(half / 2, &mut seed), random_f16(half / 2, &mut seed)))
+        .map(|_| {
+            (
+                random_cache(ty, half, &mut seed),
+                random_cache(ty, half, &mut seed),
+            )
+        })
         .collect();
     let q: Vec<f32> = (0..nh * dk)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
@@ -91,11 +118,7 @@ fn main() {
     let mut scratch = TileScratch::default();
     let token = || {
         for (k, v) in &caches {
-            let kv = KvView {
-                ty: GgmlType::F16,
-                k,
-                v,
-            };
+            let kv = KvView { ty, k, v };
             for kvh in 0..nkv {
                 let mut slots: Vec<Option<&mut [f32]>> = out.chunks_exact_mut(dk).map(Some).collect();
                 attend_tile(

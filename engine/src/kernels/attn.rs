@@ -307,6 +307,32 @@ pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Q8_0 blocks (a Q8_0 KV cache's rows) to f32: `dst.len()` values, a whole number of blocks.
+/// Every value is `q · d` with `d` an f16, exact in f32, so every tier gives the scalar code's
+/// (and `quant::dequantize_row`'s) bits.
+pub fn q8_0_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
+    assert!(
+        dst.len().is_multiple_of(32) && src.len() >= dst.len() / 32 * 34,
+        "attn: q8_0 row too short"
+    );
+    let done = match isa {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx => unsafe {
+            x86::q8_0_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32) },
+        _ => 0,
+    };
+    for (d, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(34)).skip(done) {
+        let scale = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+        for (d, &q) in d.iter_mut().zip(&b[2..]) {
+            *d = f32::from(q as i8) * scale;
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -977,5 +1003,41 @@ mod x86 {
             _mm256_storeu_ps(dst.add(i), _mm256_cvtph_ps(h));
         }
         n8
+    }
+
+    /// The f32 of a Q8_0 block's scale.
+    #[inline(always)]
+    unsafe fn q8_0_scale(b: *const u8) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+            (b as *const u16).read_unaligned(),
+        ))))
+    }
+
+    /// Converts `blocks` Q8_0 blocks; returns how many.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    pub unsafe fn q8_0_row_avx512(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+        for i in 0..blocks {
+            let b = src.add(34 * i);
+            let d = _mm512_set1_ps(q8_0_scale(b));
+            for h in 0..2 {
+                let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(2 + 16 * h) as *const __m128i));
+                _mm512_storeu_ps(dst.add(32 * i + 16 * h), _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+            }
+        }
+        blocks
+    }
+
+    /// Converts `blocks` Q8_0 blocks; returns how many.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+        for i in 0..blocks {
+            let b = src.add(34 * i);
+            let d = _mm256_set1_ps(q8_0_scale(b));
+            for h in 0..4 {
+                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2 + 8 * h) as *const __m128i));
+                _mm256_storeu_ps(dst.add(32 * i + 8 * h), _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+        blocks
     }
 }

@@ -346,6 +346,26 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             );
         }
     }
+    for blocks in [1, 2, 5] {
+        // Random scales (finite f16, some tiny) and every quant value.
+        let src: Vec<u8> = (0..blocks)
+            .flat_map(|_| {
+                let d = f16::from_f32((rng.f32() - 0.5) * 0.1).to_bits().to_le_bytes();
+                let q: Vec<u8> = (0..32).map(|_| (rng.f32() * 256.0) as u8).collect();
+                d.into_iter().chain(q)
+            })
+            .collect();
+        let mut want = vec![0f32; 32 * blocks];
+        crate::quant::dequantize_row(GgmlType::Q8_0, &src, &mut want).unwrap();
+        for isa in Isa::supported() {
+            let mut got = vec![f32::NAN; 32 * blocks];
+            attn::q8_0_row(isa, &src, &mut got);
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa} q8_0 row of {blocks} blocks"
+            );
+        }
+    }
     for nq in [3, 6, 8, 9, 16, 40] {
         let nqp = attn::padded_queries(nq);
         assert!(nqp >= nq && nqp.is_multiple_of(8));

@@ -109,12 +109,10 @@ fn load_rows(
     (width, stride): (usize, usize),
     out: &mut [f32],
 ) {
-    let convert = |src: &[u8], dst: &mut [f32]| {
-        if ty == GgmlType::F16 {
-            k::f16_row(isa, src, dst);
-        } else {
-            crate::quant::dequantize_row(ty, src, dst).expect("KV cache type dequantizes");
-        }
+    let convert = |src: &[u8], dst: &mut [f32]| match ty {
+        GgmlType::F16 => k::f16_row(isa, src, dst),
+        GgmlType::Q8_0 => k::q8_0_row(isa, src, dst),
+        _ => crate::quant::dequantize_row(ty, src, dst).expect("KV cache type dequantizes"),
     };
     let next = cells.start + BLOCK_CELLS..(cells.end + BLOCK_CELLS).min(ahead_end);
     let ahead = if next.is_empty() {
