@@ -218,3 +218,42 @@ fn bench_text_and_skipped_tests() {
     let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "-p", "0", "-n", "0"]);
     assert!(!ok && err.contains("nothing to measure"), "{err}");
 }
+
+#[test]
+fn bench_takes_a_kv_cache_type() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/tiny/tiny-llama-spm-e256-q4_k_m.gguf")
+        .to_string_lossy()
+        .into_owned();
+    let run = |ty: &str| {
+        let (ok, out, err) = ollamars(&[
+            "bench",
+            "-m",
+            &model,
+            "-p",
+            "8",
+            "-n",
+            "3",
+            "-d",
+            "8000",
+            "-r",
+            "1",
+            "--cache-type",
+            ty,
+        ]);
+        assert!(ok, "{err}");
+        let s = out.split("KV cache ").nth(1).unwrap_or_else(|| panic!("{out}"));
+        s.split(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    // Q8_0 holds 34 bytes per 32 values against F16's 64.
+    let (f16, q8) = (run("f16"), run("q8_0"));
+    assert!(
+        (q8 / f16 - 34.0 / 64.0).abs() < 0.02,
+        "f16 {f16} MiB, q8_0 {q8} MiB"
+    );
+    let (ok, _, err) = ollamars(&["bench", "-m", &model, "--cache-type", "q4_9"]);
+    assert!(!ok && err.contains("unknown cache type 'q4_9'"), "{err}");
+    // Heads of 16 values are not whole Q8_0 blocks.
+    let (ok, _, err) = ollamars(&["bench", "-m", &tiny_model(), "--cache-type", "q8_0", "-r", "1"]);
+    assert!(!ok && !err.is_empty() && !err.contains("panicked"), "{err}");
+}

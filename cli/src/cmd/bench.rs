@@ -39,6 +39,9 @@ pub struct BenchArgs {
     /// Micro-batch size: tokens per forward pass within the pp batch.
     #[arg(short = 'b', long, default_value_t = 512)]
     batch_size: u32,
+    /// KV cache type: f16 or q8_0 (llama-bench's `-ctk`/`-ctv`, both at once).
+    #[arg(long, default_value = "f16", value_parser = super::generate::parse_kv_type)]
+    cache_type: KvType,
     /// Print only {"pp_tps":..,"pp_std":..,"tg_tps":..,"tg_std":..,"read_bytes":..} (0 for a
     /// skipped test; read_bytes: tensor bytes one decoded token reads).
     #[arg(long)]
@@ -131,7 +134,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             n_ctx,
             n_batch: args.batch_size,
             n_seq_max: 1,
-            kv_type: KvType::F16,
+            kv_type: args.cache_type,
             n_threads: args.threads,
             embeddings: false,
             kv_unified: false,

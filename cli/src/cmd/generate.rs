@@ -48,7 +48,7 @@ pub struct GenerateArgs {
     verbose: bool,
 }
 
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
+pub(super) fn parse_kv_type(s: &str) -> Result<KvType, String> {
     KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (f16 or q8_0)"))
 }
 
