@@ -42,14 +42,31 @@ fn lane_tier(isa: Isa, nqp: usize) -> Isa {
     }
 }
 
+/// Most queries a tile may have for the AVX-512 tier to put cells, not queries, in its lanes.
+const CELL_LANES_MAX_QUERIES: usize = 4;
+
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
-/// `d` order from 0).
-pub fn scores(isa: Isa, qt: &[f32], nqp: usize, k: &[f32], dk: usize, nc: usize, s: &mut [f32]) {
+/// `d` order from 0). Queries `nq..nqp` are padding, zero in `qt`: their scores are 0.
+///
+/// With queries in lanes, a decode step's few queries (Gemma 3 splits its 4 heads of one KV
+/// head over two threads) leave most of every vector's lanes padding; with at most
+/// [`CELL_LANES_MAX_QUERIES`] the AVX-512 tier puts 16 cells in the lanes instead (their key rows
+/// transposed in registers), with the same chain of multiply-adds per score.
+#[allow(clippy::too_many_arguments)]
+pub fn scores(isa: Isa, qt: &[f32], nqp: usize, nq: usize, k: &[f32], dk: usize, nc: usize, s: &mut [f32]) {
     assert!(
-        nqp.is_multiple_of(LANES / 2) && s.len() >= nc * nqp,
+        nqp.is_multiple_of(LANES / 2) && nq <= nqp && s.len() >= nc * nqp,
         "attn: score block layout"
     );
     assert!(qt.len() >= dk * nqp && k.len() >= nc * dk, "attn: scores sizes");
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Amx) && nq <= CELL_LANES_MAX_QUERIES && dk.is_multiple_of(16) {
+        // SAFETY: the tier is the active one (supported), and the sizes are checked above.
+        let done =
+            unsafe { x86::scores_cell_lanes(qt.as_ptr(), nqp, nq, k.as_ptr(), dk, nc, s.as_mut_ptr()) };
+        let (k, s) = (&k[done * dk..], &mut s[done * nqp..]);
+        return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, s);
+    }
     match lane_tier(isa, nqp) {
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
         // are checked above.
@@ -803,6 +820,118 @@ mod x86 {
         s: *mut f32,
     ) {
         scores::<V512, 4>(qt, nqp, k, dk, nc, s)
+    }
+
+    /// Rows `r[0..16]` transposed: `t[e]` is element `e` of every row, row `r` in lane `r`.
+    #[inline(always)]
+    unsafe fn transpose16(r: &[__m512; 16]) -> [__m512; 16] {
+        // Pairs of rows interleaved, then pairs of pairs (each 128-bit lane: one column of four
+        // rows), then the four row groups' 128-bit lanes gathered per column.
+        let mut a = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut b = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let pd = |x: __m512| _mm512_castps_pd(x);
+            let (a0, a1, a2, a3) = (pd(a[4 * i]), pd(a[4 * i + 1]), pd(a[4 * i + 2]), pd(a[4 * i + 3]));
+            b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+            b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+            b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+            b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+        }
+        // b[4i + j], 128-bit lane L: column 4L + j of rows 4i..4i+4.
+        let mut t = [_mm512_setzero_ps(); 16];
+        for j in 0..4 {
+            let c0 = _mm512_shuffle_f32x4::<0x44>(b[j], b[4 + j]);
+            let c1 = _mm512_shuffle_f32x4::<0xEE>(b[j], b[4 + j]);
+            let c2 = _mm512_shuffle_f32x4::<0x44>(b[8 + j], b[12 + j]);
+            let c3 = _mm512_shuffle_f32x4::<0xEE>(b[8 + j], b[12 + j]);
+            t[j] = _mm512_shuffle_f32x4::<0x88>(c0, c2);
+            t[4 + j] = _mm512_shuffle_f32x4::<0xDD>(c0, c2);
+            t[8 + j] = _mm512_shuffle_f32x4::<0x88>(c1, c3);
+            t[12 + j] = _mm512_shuffle_f32x4::<0xDD>(c1, c3);
+        }
+        t
+    }
+
+    /// Scores of `G` groups of 16 cells from `c` (cells in lanes) x queries `0..Q`, into `s`
+    /// (padding queries 0).
+    #[inline(always)]
+    unsafe fn scores_cells<const Q: usize, const G: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        c: usize,
+        s: *mut f32,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); Q]; G];
+        for d0 in (0..dk).step_by(16) {
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let rows: [__m512; 16] =
+                    std::array::from_fn(|r| _mm512_loadu_ps(k.add((c + 16 * g + r) * dk + d0)));
+                let t = transpose16(&rows);
+                for (e, t) in t.iter().enumerate() {
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(*t, _mm512_set1_ps(*qt.add((d0 + e) * nqp + i)), *acc);
+                    }
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let mut by_cell = [[0f32; 16]; Q];
+            for (i, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(by_cell[i].as_mut_ptr(), *a);
+            }
+            for cell in 0..16 {
+                let row = s.add((c + 16 * g + cell) * nqp);
+                for (i, by_cell) in by_cell.iter().enumerate() {
+                    *row.add(i) = by_cell[cell];
+                }
+                for i in Q..nqp {
+                    *row.add(i) = 0.0;
+                }
+            }
+        }
+    }
+
+    /// The cells of whole groups of 16 of [`super::scores`] with cells in lanes, for `nq <=
+    /// CELL_LANES_MAX_QUERIES` and `dk` a multiple of 16; returns how many cells it did. Per
+    /// score the same multiply-adds in the same order as the scalar code.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores_cell_lanes(
+        qt: *const f32,
+        nqp: usize,
+        nq: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+    ) -> usize {
+        macro_rules! go {
+            ($q:literal) => {{
+                let mut c = 0;
+                // Two groups give a query two independent chains.
+                while c + 32 <= nc {
+                    scores_cells::<$q, 2>(qt, nqp, k, dk, c, s);
+                    c += 32;
+                }
+                while c + 16 <= nc {
+                    scores_cells::<$q, 1>(qt, nqp, k, dk, c, s);
+                    c += 16;
+                }
+                c
+            }};
+        }
+        match nq {
+            0 => 0,
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            _ => go!(4),
+        }
     }
 
     #[target_feature(enable = "avx512f")]

@@ -459,7 +459,7 @@ pub fn attend_tile_isa<'o>(
             &mut sc.k,
         );
         let s = &mut sc.s[at(bi)..at(bi) + block_len];
-        k::scores(isa, &sc.qt, nqp, &sc.k, dk, nc, s);
+        k::scores(isa, &sc.qt, nqp, nq, &sc.k, dk, nc, s);
         // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
         // nothing reads them), then, unless every row sees all the cells, the cells a row does
         // not see masked.
