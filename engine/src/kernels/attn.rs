@@ -1,6 +1,7 @@
 //! Kernels of the attention step over a block of KV cells, with the queries of a tile in SIMD
-//! lanes: scores as an f32 micro-GEMM (queries x cells), the softmax's maximum, weights and sums
-//! with a vectorized exp, and the weighted sum of the value rows.
+//! lanes: scores as an f32 micro-GEMM (queries x cells; for a decode step's few queries, cells in
+//! the AVX-512 lanes), the softmax's maximum, weights and sums with a vectorized exp, and the
+//! weighted sum of the value rows.
 //!
 //! Every tier performs, per query and per output value, the same IEEE operations in the same order
 //! as the scalar code here (each score is a chain of fused multiply-adds over the head dimension in
