@@ -44,6 +44,7 @@ fn lane_tier(isa: Isa, nqp: usize) -> Isa {
 }
 
 /// Most queries a tile may have for the AVX-512 tier to put cells, not queries, in its lanes.
+#[cfg(target_arch = "x86_64")]
 const CELL_LANES_MAX_QUERIES: usize = 4;
 
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
@@ -79,6 +80,8 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, nq: usize, k: &[f32], dk: usize,
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::scores_avx2(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr())
         },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::scores(qt.as_ptr(), nqp, k.as_ptr(), dk, nc, s.as_mut_ptr()) },
         _ => {
             for c in 0..nc {
                 let kr = &k[c * dk..(c + 1) * dk];
@@ -105,6 +108,8 @@ pub fn block_max(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32]) {
         Isa::Avx512 | Isa::Amx => unsafe { x86::max_avx512(s.as_ptr(), nqp, nc, m.as_mut_ptr()) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::max_avx2(s.as_ptr(), nqp, nc, m.as_mut_ptr()) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::max(s.as_ptr(), nqp, nc, m.as_mut_ptr()) },
         _ => {
             for row in s[..nc * nqp].chunks_exact(nqp) {
                 for (m, &x) in m[..nqp].iter_mut().zip(row) {
@@ -133,6 +138,8 @@ pub fn weights(isa: Isa, s: &mut [f32], nqp: usize, nc: usize, m: &[f32], l: &mu
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::weights_avx2(s.as_mut_ptr(), nqp, nc, m.as_ptr(), l.as_mut_ptr(), round_f16)
         },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::weights(s.as_mut_ptr(), nqp, nc, m.as_ptr(), l.as_mut_ptr(), round_f16) },
         _ => {
             for row in s[..nc * nqp].chunks_exact_mut(nqp) {
                 for ((x, &m), l) in row.iter_mut().zip(m).zip(l.iter_mut()) {
@@ -230,6 +237,8 @@ pub fn weighted_values(
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::values_avx2(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr())
         },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::values(p.as_ptr(), nqp, nq, v.as_ptr(), dvp, nc, acc.as_mut_ptr()) },
         _ => {
             for (i, a) in acc[..nq * dvp].chunks_exact_mut(dvp).enumerate() {
                 for c in 0..nc {
@@ -351,15 +360,12 @@ pub fn q8_0_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use crate::kernels::exp::x86::{exp256, exp512};
-
-    /// One tier's vector of f32 lanes, for the kernels below, which are written once for both
-    /// tiers: the same operations per lane, so both give the scalar code's bits.
-    trait Lanes: Copy {
+/// The kernels written once for every SIMD tier, over a [`lanes::Lanes`] vector type.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod lanes {
+    /// One tier's vector of f32 lanes, for the kernels below, which are written once for every
+    /// tier: the same operations per lane, so every tier gives the scalar code's bits.
+    pub(super) trait Lanes: Copy {
         const W: usize;
         unsafe fn zero() -> Self;
         unsafe fn splat(x: f32) -> Self;
@@ -390,6 +396,331 @@ mod x86 {
             }
         }
     }
+
+    /// Scores of query vectors `j..j + Q` (of `V::W` lanes) x cells `c..c + CC`.
+    #[inline(always)]
+    unsafe fn scores_tile<V: Lanes, const Q: usize, const CC: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        s: *mut f32,
+        j: usize,
+        c: usize,
+    ) {
+        let mut acc = [[V::zero(); CC]; Q];
+        for d in 0..dk {
+            let mut q = [V::zero(); Q];
+            for (a, q) in q.iter_mut().enumerate() {
+                *q = V::load(qt.add(d * nqp + j + V::W * a));
+            }
+            for b in 0..CC {
+                let kv = V::splat(*k.add((c + b) * dk + d));
+                for a in 0..Q {
+                    acc[a][b] = V::fmadd(q[a], kv, acc[a][b]);
+                }
+            }
+        }
+        for a in 0..Q {
+            for b in 0..CC {
+                acc[a][b].store(s.add((c + b) * nqp + j + V::W * a));
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scores_q<V: Lanes, const Q: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+        j: usize,
+    ) {
+        let mut c = 0;
+        // One query vector (decode, a few heads per KV head) has eight cells' chains of
+        // multiply-adds in flight: four would wait on the FMA latency.
+        while Q == 1 && c + 8 <= nc {
+            scores_tile::<V, 1, 8>(qt, nqp, k, dk, s, j, c);
+            c += 8;
+        }
+        while c + 4 <= nc {
+            scores_tile::<V, Q, 4>(qt, nqp, k, dk, s, j, c);
+            c += 4;
+        }
+        while c < nc {
+            scores_tile::<V, Q, 1>(qt, nqp, k, dk, s, j, c);
+            c += 1;
+        }
+    }
+
+    /// Up to `QMAX` query vectors at a time (as many as the tier's registers hold with 4 cells).
+    #[inline(always)]
+    pub(super) unsafe fn scores<V: Lanes, const QMAX: usize>(
+        qt: *const f32,
+        nqp: usize,
+        k: *const f32,
+        dk: usize,
+        nc: usize,
+        s: *mut f32,
+    ) {
+        let mut j = 0;
+        while j < nqp {
+            let q = ((nqp - j) / V::W).min(QMAX);
+            match q {
+                1 => scores_q::<V, 1>(qt, nqp, k, dk, nc, s, j),
+                2 => scores_q::<V, 2>(qt, nqp, k, dk, nc, s, j),
+                3 => scores_q::<V, 3>(qt, nqp, k, dk, nc, s, j),
+                _ => scores_q::<V, 4>(qt, nqp, k, dk, nc, s, j),
+            }
+            j += q * V::W;
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn maxes<V: Lanes>(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
+        for j in (0..nqp).step_by(V::W) {
+            let mut mv = V::load(m.add(j));
+            for c in 0..nc {
+                mv = mv.max(V::load(s.add(c * nqp + j)));
+            }
+            mv.store(m.add(j));
+        }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn weights<V: Lanes>(
+        s: *mut f32,
+        nqp: usize,
+        nc: usize,
+        m: *const f32,
+        l: *mut f32,
+        round_f16: bool,
+    ) {
+        for j in (0..nqp).step_by(V::W) {
+            let (mv, mut lv) = (V::load(m.add(j)), V::load(l.add(j)));
+            for c in 0..nc {
+                let p = s.add(c * nqp + j);
+                let mut w = V::load(p).sub(mv).exp_neg();
+                if round_f16 {
+                    w = w.round_f16();
+                }
+                w.store(p);
+                lv = lv.add(w);
+            }
+            lv.store(l.add(j));
+        }
+    }
+
+    /// Queries `i..i + Q` x values `e0..e0 + V::W * E` over the cells `live` lists (cell index
+    /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`):
+    /// each cell's value vectors are loaded once for the `Q` queries. Per query and value, the
+    /// same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
+    #[inline(always)]
+    unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        live: &[u32],
+        acc: *mut f32,
+        e0: usize,
+    ) {
+        let mut a = [[V::zero(); E]; Q];
+        for (q, a) in a.iter_mut().enumerate() {
+            for (x, a) in a.iter_mut().enumerate() {
+                *a = V::load(acc.add((i + q) * dvp + e0 + V::W * x));
+            }
+        }
+        for &cl in live {
+            let c = (cl >> 16) as usize;
+            let w = p.add(c * nqp + i);
+            let mut vv = [V::zero(); E];
+            for (x, vv) in vv.iter_mut().enumerate() {
+                *vv = V::load(v.add(c * dvp + e0 + V::W * x));
+            }
+            for q in 0..Q {
+                let wv = V::splat(*w.add(q));
+                let on = cl >> q & 1 != 0;
+                for x in 0..E {
+                    a[q][x] = V::fmadd_if(on, wv, vv[x], a[q][x]);
+                }
+            }
+        }
+        for q in 0..Q {
+            for x in 0..E {
+                a[q][x].store(acc.add((i + q) * dvp + e0 + V::W * x));
+            }
+        }
+    }
+
+    /// Queries `i..i + Q` over all values, 64 cells at a time: first the cells where some of
+    /// the queries' weights are not zero (with which), then the values in chunks of up to 4
+    /// vectors over those cells (`dvp` is a multiple of 16, so AVX2 takes chunks of 4 or 2).
+    /// Listing the cells first takes the data-dependent branch out of the multiply-add loop:
+    /// with a long context many weights underflow to zero, in no pattern a predictor follows.
+    #[inline(always)]
+    unsafe fn values_rows<V: Lanes, const Q: usize>(
+        p: *const f32,
+        nqp: usize,
+        i: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        const CHUNK: usize = 64;
+        let mut live = [0u32; CHUNK];
+        for c0 in (0..nc).step_by(CHUNK) {
+            let mut n = 0;
+            for c in c0..(c0 + CHUNK).min(nc) {
+                let bits = V::live::<Q>(p.add(c * nqp + i));
+                live[n] = ((c - c0) as u32) << 16 | bits;
+                n += usize::from(bits != 0);
+            }
+            let live = &live[..n];
+            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
+            let mut e0 = 0;
+            while e0 < dvp {
+                let e = ((dvp - e0) / V::W).min(4);
+                match e {
+                    1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, live, acc, e0),
+                    2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, live, acc, e0),
+                    3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, live, acc, e0),
+                    _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, live, acc, e0),
+                }
+                e0 += e * V::W;
+            }
+        }
+    }
+
+    /// `QV` queries share each cell's value loads (as many as the tier's registers hold).
+    #[inline(always)]
+    pub(super) unsafe fn values<V: Lanes, const QV: usize>(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        // The queries left after the groups of `QV` go in one group too: Qwen2.5's 7 heads per
+        // KV head are 4 + 3, one pass fewer over the value rows than 4 + 1 + 1 + 1.
+        let mut i = 0;
+        while i < nq {
+            let q = (nq - i).min(QV);
+            match q {
+                1 => values_rows::<V, 1>(p, nqp, i, v, dvp, nc, acc),
+                2 => values_rows::<V, 2>(p, nqp, i, v, dvp, nc, acc),
+                3 => values_rows::<V, 3>(p, nqp, i, v, dvp, nc, acc),
+                _ => values_rows::<V, QV>(p, nqp, i, v, dvp, nc, acc),
+            }
+            i += q;
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    use super::lanes::{self, Lanes};
+    use crate::kernels::exp::neon::exp128;
+
+    #[derive(Clone, Copy)]
+    struct V128(float32x4_t);
+
+    impl Lanes for V128 {
+        const W: usize = 4;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            V128(vdupq_n_f32(0.0))
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            V128(vdupq_n_f32(x))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            V128(vld1q_f32(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            vst1q_f32(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            V128(vfmaq_f32(c.0, a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn add(self, o: Self) -> Self {
+            V128(vaddq_f32(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn sub(self, o: Self) -> Self {
+            V128(vsubq_f32(self.0, o.0))
+        }
+        /// `f32::max`'s (IEEE maxNum: a NaN loses to a number).
+        #[inline(always)]
+        unsafe fn max(self, o: Self) -> Self {
+            V128(vmaxnmq_f32(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn exp_neg(self) -> Self {
+            V128(exp128(self.0))
+        }
+        /// `fcvtn` / `fcvtl` by `asm!` (their f16 intrinsics are not stable): round to nearest
+        /// even, as the scalar code's `half` conversion.
+        #[inline(always)]
+        unsafe fn round_f16(self) -> Self {
+            let r: float32x4_t;
+            asm!("fcvtn {0:v}.4h, {1:v}.4s", "fcvtl {0:v}.4s, {0:v}.4h", out(vreg) r, in(vreg) self.0,
+                 options(pure, nomem, nostack, preserves_flags));
+            V128(r)
+        }
+    }
+
+    // Entry points: 32 registers, as AVX-512 (4 query vectors in scores, 4 queries in values).
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn scores(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
+        lanes::scores::<V128, 4>(qt, nqp, k, dk, nc, s)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn max(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
+        lanes::maxes::<V128>(s, nqp, nc, m)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn weights(s: *mut f32, nqp: usize, nc: usize, m: *const f32, l: *mut f32, round_f16: bool) {
+        lanes::weights::<V128>(s, nqp, nc, m, l, round_f16)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn values(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const f32,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        lanes::values::<V128, 4>(p, nqp, nq, v, dvp, nc, acc)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::lanes::{self, Lanes};
+    use crate::kernels::exp::x86::{exp256, exp512};
 
     #[derive(Clone, Copy)]
     struct V512(__m512);
@@ -501,205 +832,6 @@ mod x86 {
         }
     }
 
-    /// Scores of query vectors `j..j + Q` (of `V::W` lanes) x cells `c..c + CC`.
-    #[inline(always)]
-    unsafe fn scores_tile<V: Lanes, const Q: usize, const CC: usize>(
-        qt: *const f32,
-        nqp: usize,
-        k: *const f32,
-        dk: usize,
-        s: *mut f32,
-        j: usize,
-        c: usize,
-    ) {
-        let mut acc = [[V::zero(); CC]; Q];
-        for d in 0..dk {
-            let mut q = [V::zero(); Q];
-            for (a, q) in q.iter_mut().enumerate() {
-                *q = V::load(qt.add(d * nqp + j + V::W * a));
-            }
-            for b in 0..CC {
-                let kv = V::splat(*k.add((c + b) * dk + d));
-                for a in 0..Q {
-                    acc[a][b] = V::fmadd(q[a], kv, acc[a][b]);
-                }
-            }
-        }
-        for a in 0..Q {
-            for b in 0..CC {
-                acc[a][b].store(s.add((c + b) * nqp + j + V::W * a));
-            }
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scores_q<V: Lanes, const Q: usize>(
-        qt: *const f32,
-        nqp: usize,
-        k: *const f32,
-        dk: usize,
-        nc: usize,
-        s: *mut f32,
-        j: usize,
-    ) {
-        let mut c = 0;
-        // One query vector (decode, a few heads per KV head) has eight cells' chains of
-        // multiply-adds in flight: four would wait on the FMA latency.
-        while Q == 1 && c + 8 <= nc {
-            scores_tile::<V, 1, 8>(qt, nqp, k, dk, s, j, c);
-            c += 8;
-        }
-        while c + 4 <= nc {
-            scores_tile::<V, Q, 4>(qt, nqp, k, dk, s, j, c);
-            c += 4;
-        }
-        while c < nc {
-            scores_tile::<V, Q, 1>(qt, nqp, k, dk, s, j, c);
-            c += 1;
-        }
-    }
-
-    /// Up to `QMAX` query vectors at a time (as many as the tier's registers hold with 4 cells).
-    #[inline(always)]
-    unsafe fn scores<V: Lanes, const QMAX: usize>(
-        qt: *const f32,
-        nqp: usize,
-        k: *const f32,
-        dk: usize,
-        nc: usize,
-        s: *mut f32,
-    ) {
-        let mut j = 0;
-        while j < nqp {
-            let q = ((nqp - j) / V::W).min(QMAX);
-            match q {
-                1 => scores_q::<V, 1>(qt, nqp, k, dk, nc, s, j),
-                2 => scores_q::<V, 2>(qt, nqp, k, dk, nc, s, j),
-                3 => scores_q::<V, 3>(qt, nqp, k, dk, nc, s, j),
-                _ => scores_q::<V, 4>(qt, nqp, k, dk, nc, s, j),
-            }
-            j += q * V::W;
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn maxes<V: Lanes>(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
-        for j in (0..nqp).step_by(V::W) {
-            let mut mv = V::load(m.add(j));
-            for c in 0..nc {
-                mv = mv.max(V::load(s.add(c * nqp + j)));
-            }
-            mv.store(m.add(j));
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn weights<V: Lanes>(
-        s: *mut f32,
-        nqp: usize,
-        nc: usize,
-        m: *const f32,
-        l: *mut f32,
-        round_f16: bool,
-    ) {
-        for j in (0..nqp).step_by(V::W) {
-            let (mv, mut lv) = (V::load(m.add(j)), V::load(l.add(j)));
-            for c in 0..nc {
-                let p = s.add(c * nqp + j);
-                let mut w = V::load(p).sub(mv).exp_neg();
-                if round_f16 {
-                    w = w.round_f16();
-                }
-                w.store(p);
-                lv = lv.add(w);
-            }
-            lv.store(l.add(j));
-        }
-    }
-
-    /// Queries `i..i + Q` x values `e0..e0 + V::W * E` over the cells `live` lists (cell index
-    /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`):
-    /// each cell's value vectors are loaded once for the `Q` queries. Per query and value, the
-    /// same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
-    #[inline(always)]
-    unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        live: &[u32],
-        acc: *mut f32,
-        e0: usize,
-    ) {
-        let mut a = [[V::zero(); E]; Q];
-        for (q, a) in a.iter_mut().enumerate() {
-            for (x, a) in a.iter_mut().enumerate() {
-                *a = V::load(acc.add((i + q) * dvp + e0 + V::W * x));
-            }
-        }
-        for &cl in live {
-            let c = (cl >> 16) as usize;
-            let w = p.add(c * nqp + i);
-            let mut vv = [V::zero(); E];
-            for (x, vv) in vv.iter_mut().enumerate() {
-                *vv = V::load(v.add(c * dvp + e0 + V::W * x));
-            }
-            for q in 0..Q {
-                let wv = V::splat(*w.add(q));
-                let on = cl >> q & 1 != 0;
-                for x in 0..E {
-                    a[q][x] = V::fmadd_if(on, wv, vv[x], a[q][x]);
-                }
-            }
-        }
-        for q in 0..Q {
-            for x in 0..E {
-                a[q][x].store(acc.add((i + q) * dvp + e0 + V::W * x));
-            }
-        }
-    }
-
-    /// Queries `i..i + Q` over all values, 64 cells at a time: first the cells where some of
-    /// the queries' weights are not zero (with which), then the values in chunks of up to 4
-    /// vectors over those cells (`dvp` is a multiple of 16, so AVX2 takes chunks of 4 or 2).
-    /// Listing the cells first takes the data-dependent branch out of the multiply-add loop:
-    /// with a long context many weights underflow to zero, in no pattern a predictor follows.
-    #[inline(always)]
-    unsafe fn values_rows<V: Lanes, const Q: usize>(
-        p: *const f32,
-        nqp: usize,
-        i: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-    ) {
-        const CHUNK: usize = 64;
-        let mut live = [0u32; CHUNK];
-        for c0 in (0..nc).step_by(CHUNK) {
-            let mut n = 0;
-            for c in c0..(c0 + CHUNK).min(nc) {
-                let bits = V::live::<Q>(p.add(c * nqp + i));
-                live[n] = ((c - c0) as u32) << 16 | bits;
-                n += usize::from(bits != 0);
-            }
-            let live = &live[..n];
-            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
-            let mut e0 = 0;
-            while e0 < dvp {
-                let e = ((dvp - e0) / V::W).min(4);
-                match e {
-                    1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, live, acc, e0),
-                    2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, live, acc, e0),
-                    3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, live, acc, e0),
-                    _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, live, acc, e0),
-                }
-                e0 += e * V::W;
-            }
-        }
-    }
-
     /// Query vectors `j..j + 16 * Q` x values `e0..e0 + E` (by value, see `AccLayout`) over
     /// cells `0..nc`, with the vectors' live masks `live[c * Q + q]`: per cell, `Q` weight
     /// vectors and `E` broadcast values make `Q * E` multiply-adds, masked unless `ALL_LIVE`
@@ -782,32 +914,6 @@ mod x86 {
         }
     }
 
-    /// `QV` queries share each cell's value loads (as many as the tier's registers hold).
-    #[inline(always)]
-    unsafe fn values<V: Lanes, const QV: usize>(
-        p: *const f32,
-        nqp: usize,
-        nq: usize,
-        v: *const f32,
-        dvp: usize,
-        nc: usize,
-        acc: *mut f32,
-    ) {
-        // The queries left after the groups of `QV` go in one group too: Qwen2.5's 7 heads per
-        // KV head are 4 + 3, one pass fewer over the value rows than 4 + 1 + 1 + 1.
-        let mut i = 0;
-        while i < nq {
-            let q = (nq - i).min(QV);
-            match q {
-                1 => values_rows::<V, 1>(p, nqp, i, v, dvp, nc, acc),
-                2 => values_rows::<V, 2>(p, nqp, i, v, dvp, nc, acc),
-                3 => values_rows::<V, 3>(p, nqp, i, v, dvp, nc, acc),
-                _ => values_rows::<V, QV>(p, nqp, i, v, dvp, nc, acc),
-            }
-            i += q;
-        }
-    }
-
     // The tiers' entry points: AVX-512 has 32 registers (4 query vectors in scores, 4 queries in
     // values), AVX2 16 (2 and 2).
 
@@ -820,7 +926,7 @@ mod x86 {
         nc: usize,
         s: *mut f32,
     ) {
-        scores::<V512, 4>(qt, nqp, k, dk, nc, s)
+        lanes::scores::<V512, 4>(qt, nqp, k, dk, nc, s)
     }
 
     /// Rows `r[0..16]` transposed: `t[e]` is element `e` of every row, row `r` in lane `r`.
@@ -937,7 +1043,7 @@ mod x86 {
 
     #[target_feature(enable = "avx512f")]
     pub unsafe fn max_avx512(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
-        maxes::<V512>(s, nqp, nc, m)
+        lanes::maxes::<V512>(s, nqp, nc, m)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -949,7 +1055,7 @@ mod x86 {
         l: *mut f32,
         round_f16: bool,
     ) {
-        weights::<V512>(s, nqp, nc, m, l, round_f16)
+        lanes::weights::<V512>(s, nqp, nc, m, l, round_f16)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -962,7 +1068,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        values::<V512, 4>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V512, 4>(p, nqp, nq, v, dvp, nc, acc)
     }
 
     /// The weighted values by value (see `AccLayout`): up to 4 query vectors at a time, which
@@ -991,12 +1097,12 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores_avx2(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
-        scores::<V256, 2>(qt, nqp, k, dk, nc, s)
+        lanes::scores::<V256, 2>(qt, nqp, k, dk, nc, s)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn max_avx2(s: *const f32, nqp: usize, nc: usize, m: *mut f32) {
-        maxes::<V256>(s, nqp, nc, m)
+        lanes::maxes::<V256>(s, nqp, nc, m)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1008,7 +1114,7 @@ mod x86 {
         l: *mut f32,
         round_f16: bool,
     ) {
-        weights::<V256>(s, nqp, nc, m, l, round_f16)
+        lanes::weights::<V256>(s, nqp, nc, m, l, round_f16)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1021,7 +1127,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        values::<V256, 2>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V256, 2>(p, nqp, nq, v, dvp, nc, acc)
     }
 
     /// Transposes the 16 x 16 block of rows `src + r * src_stride` into rows

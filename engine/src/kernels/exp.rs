@@ -1,5 +1,5 @@
-//! e^x for x <= 0 as a polynomial of fused multiply-adds, in scalar code and in AVX-512 / AVX2
-//! vectors that compute the same bits: the softmax of attention and SiLU ([`super::act`]) take
+//! e^x for x <= 0 as a polynomial of fused multiply-adds, in scalar code and in AVX-512 / AVX2 /
+//! NEON vectors that compute the same bits: the softmax of attention and SiLU ([`super::act`]) take
 //! it, so their SIMD tiers agree bit for bit with their scalar code.
 //!
 //! Method: x = n·ln2 + r with n = round(x·log2 e) (by adding 1.5·2^23) and ln2 split in two
@@ -81,6 +81,30 @@ pub(super) mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+pub(super) mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{C, LN2_HI, LN2_LO, LOG2E, MAGIC, MIN_X};
+
+    /// [`super::exp_neg`] of 4 lanes.
+    #[inline(always)]
+    pub unsafe fn exp128(x: float32x4_t) -> float32x4_t {
+        let ok = vcgeq_f32(x, vdupq_n_f32(MIN_X));
+        let t = vaddq_f32(vmulq_f32(x, vdupq_n_f32(LOG2E)), vdupq_n_f32(MAGIC));
+        let n = vsubq_f32(t, vdupq_n_f32(MAGIC));
+        let r = vfmaq_f32(x, n, vdupq_n_f32(-LN2_HI));
+        let r = vfmaq_f32(r, n, vdupq_n_f32(-LN2_LO));
+        let mut p = vdupq_n_f32(C[7]);
+        for k in (0..7).rev() {
+            p = vfmaq_f32(vdupq_n_f32(C[k]), p, r);
+        }
+        let e = vshlq_n_s32::<23>(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)));
+        let y = vmulq_f32(p, vreinterpretq_f32_s32(e));
+        vreinterpretq_f32_u32(vandq_u32(ok, vreinterpretq_u32_f32(y)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,10 +125,10 @@ mod tests {
         assert_eq!(exp_neg(f32::NAN), 0.0);
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn vectors_match_the_scalar_code_bitwise() {
-        use std::arch::x86_64::*;
+    /// Inputs over the whole range, the edges and the special values (a multiple of 16 of
+    /// them), with the scalar code's bits.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn inputs() -> (Vec<f32>, Vec<u32>) {
         let mut xs: Vec<f32> = (0..20_000).map(|i| -(i as f32) * 0.00457).collect();
         xs.extend([
             0.0,
@@ -120,6 +144,27 @@ mod tests {
             xs.push(-1.0);
         }
         let want: Vec<u32> = xs.iter().map(|&x| exp_neg(x).to_bits()).collect();
+        (xs, want)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_matches_the_scalar_code_bitwise() {
+        use std::arch::aarch64::*;
+        let (xs, want) = inputs();
+        for (x, w) in xs.chunks_exact(4).zip(want.chunks_exact(4)) {
+            let mut got = [0f32; 4];
+            // SAFETY: NEON is part of aarch64; both slices hold 4 values.
+            unsafe { vst1q_f32(got.as_mut_ptr(), neon::exp128(vld1q_f32(x.as_ptr()))) };
+            assert_eq!(got.map(f32::to_bits), w, "neon {x:?}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vectors_match_the_scalar_code_bitwise() {
+        use std::arch::x86_64::*;
+        let (xs, want) = inputs();
         if is_x86_feature_detected!("avx512f") {
             #[target_feature(enable = "avx512f")]
             unsafe fn run(x: &[f32], got: &mut [f32]) {
