@@ -2,8 +2,8 @@
 //! scalar code's bits.
 //!
 //! - GELU by ggml's f16 table (`GGML_GELU_FP16`): the input rounded to f16 indexes a table of f16
-//!   results, exact (0 or x) outside (-10, 10). The SIMD tiers round with F16C, gather from the
-//!   table and widen back; they replace a call per value into the `half` crate's conversions (in
+//!   results, exact (0 or x) outside (-10, 10). The SIMD tiers round with F16C (NEON `fcvtn`),
+//!   gather from the table and widen back; they replace a call per value into the `half` crate's conversions (in
 //!   Gemma 3 prompts, a few percent of the time).
 //! - SiLU from [`exp_neg`] of -|x| (a polynomial, as ggml's own SIMD SiLU is): a libm `expf` call
 //!   per value was ~2% of a SiLU model's prompt pass.
@@ -46,6 +46,8 @@ pub fn geglu(isa: Isa, table: &[u16], gate: &mut [f32], up: &[f32]) {
         Isa::Avx2 | Isa::AvxVnni => unsafe {
             x86::geglu_avx2(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len())
         },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::geglu(table.as_ptr(), gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         _ => 0,
     };
     for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {
@@ -72,10 +74,61 @@ pub fn swiglu(isa: Isa, gate: &mut [f32], up: &[f32]) {
         Isa::Avx512 | Isa::Amx => unsafe { x86::swiglu_avx512(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::swiglu_avx2(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::swiglu(gate.as_mut_ptr(), up.as_ptr(), gate.len()) },
         _ => 0,
     };
     for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {
         *g = silu(*g) * u;
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    use crate::kernels::exp::neon::exp128;
+    use crate::kernels::neon::f16x4;
+
+    /// Whole vectors of 4; returns how many values it did. The table is read one entry at a
+    /// time (NEON has no gather); rounding to f16 (`fcvtn`, to nearest even as the `half`
+    /// crate) and widening are vector instructions.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn geglu(table: *const u16, gate: *mut f32, up: *const f32, n: usize) -> usize {
+        let (lo, hi, zero) = (vdupq_n_f32(-10.0), vdupq_n_f32(10.0), vdupq_n_f32(0.0));
+        let mut i = 0;
+        while i + 4 <= n {
+            let x = vld1q_f32(gate.add(i));
+            let h: uint16x4_t;
+            asm!("fcvtn {0:v}.4h, {1:v}.4s", out(vreg) h, in(vreg) x, options(pure, nomem, nostack, preserves_flags));
+            let mut idx = [0u16; 4];
+            vst1_u16(idx.as_mut_ptr(), h);
+            let e = idx.map(|j| *table.add(usize::from(j)));
+            let g = f16x4(e.as_ptr() as *const u8);
+            // x >= 10: x; x <= -10: 0 (NaN takes the table, as the scalar code does).
+            let g = vbslq_f32(vcgeq_f32(x, hi), x, g);
+            let g = vbslq_f32(vcleq_f32(x, lo), zero, g);
+            vst1q_f32(gate.add(i), vmulq_f32(g, vld1q_f32(up.add(i))));
+            i += 4;
+        }
+        i
+    }
+
+    /// Whole vectors of 4; returns how many values it did.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn swiglu(gate: *mut f32, up: *const f32, n: usize) -> usize {
+        let (zero, one) = (vdupq_n_f32(0.0), vdupq_n_f32(1.0));
+        let mut i = 0;
+        while i + 4 <= n {
+            let x = vld1q_f32(gate.add(i));
+            let t = exp128(vnegq_f32(vabsq_f32(x)));
+            let num = vbslq_f32(vcgeq_f32(x, zero), x, vmulq_f32(x, t));
+            let g = vdivq_f32(num, vaddq_f32(one, t));
+            vst1q_f32(gate.add(i), vmulq_f32(g, vld1q_f32(up.add(i))));
+            i += 4;
+        }
+        i
     }
 }
 

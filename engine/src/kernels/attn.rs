@@ -327,6 +327,8 @@ pub fn f16_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
         Isa::Avx512 | Isa::Amx => unsafe { x86::f16_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::f16_row(src.as_ptr(), dst.as_mut_ptr(), dst.len()) },
         _ => 0,
     };
     for (d, b) in dst[done..].iter_mut().zip(src[2 * done..].chunks_exact(2)) {
@@ -350,6 +352,8 @@ pub fn q8_0_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32) },
         _ => 0,
     };
     for (d, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(34)).skip(done) {
@@ -682,6 +686,39 @@ mod neon {
                  options(pure, nomem, nostack, preserves_flags));
             V128(r)
         }
+    }
+
+    /// Converts the first multiple of 4 of `n` f16 values; returns how many it converted.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn f16_row(src: *const u8, dst: *mut f32, n: usize) -> usize {
+        let n4 = n / 4 * 4;
+        for i in (0..n4).step_by(4) {
+            vst1q_f32(dst.add(i), crate::kernels::neon::f16x4(src.add(2 * i)));
+        }
+        n4
+    }
+
+    /// Converts `blocks` Q8_0 blocks; returns how many.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+        for i in 0..blocks {
+            let b = src.add(34 * i);
+            let d = half::f16::from_bits((b as *const u16).read_unaligned()).to_f32();
+            for h in 0..2 {
+                let q = vld1q_s8(b.add(2 + 16 * h) as *const i8);
+                let (lo, hi) = (vmovl_s8(vget_low_s8(q)), vmovl_s8(vget_high_s8(q)));
+                let parts = [
+                    vmovl_s16(vget_low_s16(lo)),
+                    vmovl_s16(vget_high_s16(lo)),
+                    vmovl_s16(vget_low_s16(hi)),
+                    vmovl_s16(vget_high_s16(hi)),
+                ];
+                for (k, p) in parts.into_iter().enumerate() {
+                    vst1q_f32(dst.add(32 * i + 16 * h + 4 * k), vmulq_n_f32(vcvtq_f32_s32(p), d));
+                }
+            }
+        }
+        blocks
     }
 
     // Entry points: 32 registers, as AVX-512 (4 query vectors in scores, 4 queries in values).

@@ -341,8 +341,10 @@ unsafe fn iq4xs_rows<const R: usize>(nb: usize, w: *const u8, ws: usize, a: *con
     out
 }
 
+/// Four f16 values at `p` widened to f32 (`fcvtl` by `asm!`: the f16 intrinsics are not
+/// stable); exact.
 #[inline(always)]
-unsafe fn f16x4(p: *const u8) -> float32x4_t {
+pub(super) unsafe fn f16x4(p: *const u8) -> float32x4_t {
     let h = vld1_u16(p as *const u16);
     let r: float32x4_t;
     asm!("fcvtl {0:v}.4s, {1:v}.4h", out(vreg) r, in(vreg) h, options(pure, nomem, nostack, preserves_flags));
