@@ -129,18 +129,17 @@ pub fn expand(ty: GgmlType, n: usize, w: &[u8], row_bytes: usize, rows: usize, o
     if e.has_min {
         p.mins.resize(n_sub * PANEL_ROWS, 0.0);
     }
-    let n_int = if e.int_scales { n_sub } else { 0 };
+    // Sub-blocks and super-blocks with integer scales (none for the 32-element formats).
+    let (n_int, n_sb) = if e.int_scales { (n_sub, n / 256) } else { (0, 0) };
+    let (n_imin, n_sbmin) = if e.has_min { (n_int, n_sb) } else { (0, 0) };
     p.iscales.clear();
     p.iscales.resize(n_int * PANEL_ROWS, 0);
     p.imins.clear();
+    p.imins.resize(n_imin * PANEL_ROWS, 0);
     p.sb_d.clear();
-    p.sb_d
-        .resize(n / 256 * PANEL_ROWS * usize::from(e.int_scales), 0.0);
+    p.sb_d.resize(n_sb * PANEL_ROWS, 0.0);
     p.sb_dmin.clear();
-    if e.int_scales && e.has_min {
-        p.imins.resize(n_int * PANEL_ROWS, 0);
-        p.sb_dmin.resize(n / 256 * PANEL_ROWS, 0.0);
-    }
+    p.sb_dmin.resize(n_sbmin * PANEL_ROWS, 0.0);
     let bb = ty.type_size() as usize;
     let bs = ty.block_size() as usize;
     // Element `e` of row `r` goes to byte `4 * (16 * (e / 4) + r) + e % 4`: step `e / 4` (sub-block
