@@ -344,23 +344,17 @@ pub fn q8_0_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
         dst.len().is_multiple_of(32) && src.len() >= dst.len() / 32 * 34,
         "attn: q8_0 row too short"
     );
-    let done = match isa {
+    let blocks = dst.len() / 32;
+    match isa {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Amx => unsafe {
-            x86::q8_0_row_avx512(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32)
-        },
+        Isa::Avx512 | Isa::Amx => unsafe { x86::q8_0_row_avx512(src.as_ptr(), dst.as_mut_ptr(), blocks) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), blocks) },
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon => unsafe { neon::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), dst.len() / 32) },
-        _ => 0,
-    };
-    for (d, b) in dst.chunks_exact_mut(32).zip(src.chunks_exact(34)).skip(done) {
-        let scale = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-        for (d, &q) in d.iter_mut().zip(&b[2..]) {
-            *d = f32::from(q as i8) * scale;
-        }
+        Isa::Neon => unsafe { neon::q8_0_row(src.as_ptr(), dst.as_mut_ptr(), blocks) },
+        _ => crate::quant::dequantize_row(crate::quant::GgmlType::Q8_0, &src[..blocks * 34], dst)
+            .expect("whole Q8_0 blocks, checked above"),
     }
 }
 
@@ -698,9 +692,9 @@ mod neon {
         n4
     }
 
-    /// Converts `blocks` Q8_0 blocks; returns how many.
+    /// Converts `blocks` Q8_0 blocks.
     #[target_feature(enable = "neon")]
-    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) {
         for i in 0..blocks {
             let b = src.add(34 * i);
             let d = half::f16::from_bits((b as *const u16).read_unaligned()).to_f32();
@@ -718,7 +712,6 @@ mod neon {
                 }
             }
         }
-        blocks
     }
 
     // Entry points: 32 registers, as AVX-512 (4 query vectors in scores, 4 queries in values).
@@ -1286,9 +1279,9 @@ mod x86 {
         ))))
     }
 
-    /// Converts `blocks` Q8_0 blocks; returns how many.
+    /// Converts `blocks` Q8_0 blocks.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-    pub unsafe fn q8_0_row_avx512(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+    pub unsafe fn q8_0_row_avx512(src: *const u8, dst: *mut f32, blocks: usize) {
         for i in 0..blocks {
             let b = src.add(34 * i);
             let d = _mm512_set1_ps(q8_0_scale(b));
@@ -1297,12 +1290,11 @@ mod x86 {
                 _mm512_storeu_ps(dst.add(32 * i + 16 * h), _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
             }
         }
-        blocks
     }
 
-    /// Converts `blocks` Q8_0 blocks; returns how many.
+    /// Converts `blocks` Q8_0 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) -> usize {
+    pub unsafe fn q8_0_row(src: *const u8, dst: *mut f32, blocks: usize) {
         for i in 0..blocks {
             let b = src.add(34 * i);
             let d = _mm256_set1_ps(q8_0_scale(b));
@@ -1311,6 +1303,5 @@ mod x86 {
                 _mm256_storeu_ps(dst.add(32 * i + 8 * h), _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
             }
         }
-        blocks
     }
 }

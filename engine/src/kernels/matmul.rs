@@ -555,8 +555,8 @@ mod tests {
     /// A token's product is the same, bit for bit, alone (decode's one-column kernels) and
     /// inside a batch (the multi-column tiles, or a few tokens decoded together): decode and
     /// prefill never disagree, nor does a slot decoding beside others. On the x86 tiers the
-    /// matrices are packed, with a row-major tail; NEON and the scalar tier have no packed kernels
-    /// and take the row kernels and the panel GEMM.
+    /// matrices are packed, with a row-major tail; NEON has no packed kernels and takes the row
+    /// kernels and the panel GEMM; the scalar tier takes its row kernels in both.
     #[test]
     fn decode_matches_batch_bitwise() {
         use crate::kernels::packed;
