@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engine::generate::{argmax, generate_greedy, GenerateParams};
+use engine::quant::{quantize_file, FileType, QuantizeOptions};
 use engine::{Batch, Context, ContextParams, Error, KvType, Model, ModelParams};
 
 fn tiny(name: &str) -> Arc<Model> {
@@ -288,23 +289,57 @@ fn a_batch_gives_the_bits_of_token_by_token() {
         "tiny-llama-spm-e256-q4_k_m.gguf",
         "tiny-llama-spm-e256-tied-q6_k.gguf",
     ] {
-        let m = tiny(name);
-        let mut c = ctx(&m, 64, 512, 1);
-        let mut batch = Batch::new();
-        for (i, &t) in PROMPT.iter().enumerate() {
-            batch.add(t, i as i32, 0, true);
-        }
-        c.decode(&batch).unwrap();
-        let whole: Vec<Vec<f32>> = (0..PROMPT.len()).map(|i| c.logits(i).unwrap().to_vec()).collect();
-        let mut c = ctx(&m, 64, 512, 1);
-        for (i, &t) in PROMPT.iter().enumerate() {
-            let one = last_logits(&mut c, &[t], i as i32, 0);
-            assert!(
-                one.iter().zip(&whole[i]).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{name} position {i}: logits differ by {}",
-                max_diff(&one, &whole[i])
-            );
-        }
+        assert_batch_gives_the_bits_of_token_by_token(name, &tiny(name), &PROMPT);
+    }
+}
+
+/// The same for phi3, whose Q/K/V and gate/up matrices are each one fused tensor read as row
+/// ranges: quantized to the 32-element formats and to the K-quant mix.
+#[test]
+fn a_batch_gives_the_bits_of_token_by_token_with_fused_matrices() {
+    const PHI3: tiny_model::Spec = tiny_model::Spec {
+        name: "tiny-phi3-e256-f32",
+        arch: "phi3",
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 256,
+        n_ctx_train: 4096,
+        rope_base: 10000.0,
+        eps: 1e-5,
+        ty: engine::quant::GgmlType::F32,
+        seed: 14,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f32_path = dir.path().join("phi3-f32.gguf");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    tiny_model::write(&PHI3, &fixtures, &f32_path);
+    for ftype in [FileType::Q4_0, FileType::Q8_0, FileType::Q4_K_M] {
+        let path = dir.path().join(format!("phi3-{ftype:?}.gguf"));
+        quantize_file(&f32_path, &path, &QuantizeOptions::new(ftype), |_| {}).unwrap();
+        let m = Model::load(&path, &ModelParams::default()).unwrap();
+        assert_batch_gives_the_bits_of_token_by_token(&format!("phi3 {ftype:?}"), &m, &tiny_model::prompt());
+    }
+}
+
+fn assert_batch_gives_the_bits_of_token_by_token(name: &str, m: &Arc<Model>, prompt: &[u32]) {
+    let mut c = ctx(m, 64, 512, 1);
+    let mut batch = Batch::new();
+    for (i, &t) in prompt.iter().enumerate() {
+        batch.add(t, i as i32, 0, true);
+    }
+    c.decode(&batch).unwrap();
+    let whole: Vec<Vec<f32>> = (0..prompt.len()).map(|i| c.logits(i).unwrap().to_vec()).collect();
+    let mut c = ctx(m, 64, 512, 1);
+    for (i, &t) in prompt.iter().enumerate() {
+        let one = last_logits(&mut c, &[t], i as i32, 0);
+        assert!(
+            one.iter().zip(&whole[i]).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name} position {i}: logits differ by {}",
+            max_diff(&one, &whole[i])
+        );
     }
 }
 

@@ -166,8 +166,8 @@ impl Model {
             .unwrap_or_else(|| self.gguf.tensor_data(t));
         WeightView::new(w.ty, w.n_in, rows, data)
             .expect("shapes were checked at load")
-            .rows(w.row0..w.row0 + w.n_out)
             .with_packed_rows(self.packed.rows(w.tensor))
+            .rows(w.row0..w.row0 + w.n_out)
     }
 
     fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {

@@ -21,9 +21,11 @@
 //! pages at fill, 0.21-0.24 s with 4 KiB pages), and collapsing next to a running model slowed
 //! its first tokens 4-6x (see [`Activity`]).
 //!
-//! Only tensors used as whole matrices are packed (a fused tensor read as row ranges stays
-//! row-major); a tied embedding is packed as the output layer and its rows are unpacked when
-//! looked up. `OLLAMARS_PACK=0` keeps every matrix row-major.
+//! A tensor is packed when every use of it reads whole groups: the whole matrix, or row ranges
+//! that start and end on a group (phi3's fused Q/K/V and gate/up tensors, split at multiples of
+//! 16 in real models), which are then packed matrices of their own (`WeightView::rows`). A tied
+//! embedding is packed as the output layer and its rows are unpacked when looked up.
+//! `OLLAMARS_PACK=0` keeps every matrix row-major.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -104,12 +106,14 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     if !enabled() {
         return Ok(out);
     }
-    // Tensor -> whether every use of it reads the whole matrix.
+    // Tensor -> whether every use of it reads whole groups: a part of a fused tensor that
+    // started or ended inside a group would need the rows of another's.
     let mut whole: BTreeMap<usize, bool> = BTreeMap::new();
     let mut note = |w: &Weight| {
-        let rows = tensors[w.tensor].info.dims.get(1).copied().unwrap_or(0) as usize;
-        let full = w.row0 == 0 && w.n_out == rows && tensors[w.tensor].info.dims.len() == 2;
-        *whole.entry(w.tensor).or_insert(true) &= full;
+        let packable = packed_rows(&tensors[w.tensor].info.dims);
+        let on_group = |r: usize| r.is_multiple_of(packed::GROUP) || r >= packable;
+        let ok = tensors[w.tensor].info.dims.len() == 2 && on_group(w.row0) && on_group(w.row0 + w.n_out);
+        *whole.entry(w.tensor).or_insert(true) &= ok;
     };
     for l in &model.w.layers {
         for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down] {
@@ -122,7 +126,7 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
         .filter(|&(_, ok)| ok)
         .filter_map(|(t, _)| {
             let w = find(model, t)?;
-            (w.n_out >= packed::GROUP && packed::has_layout(w.ty) && can_use_packed(isa, w.ty))
+            (packed_rows(&tensors[t].info.dims) > 0 && packed::has_layout(w.ty) && can_use_packed(isa, w.ty))
                 .then(|| (t, w.clone()))
         })
         .collect();
@@ -151,7 +155,8 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     for (t, w) in todo {
         let len = tensors[t].info.size as usize;
         let rb = w.ty.row_bytes(w.n_in as u64).expect("checked at load") as usize;
-        let rows = w.n_out / packed::GROUP * packed::GROUP;
+        // The tensor's rows, not the use's: `w` may be one part of a fused tensor.
+        let rows = packed_rows(&tensors[t].info.dims);
         let group_bytes = packed::GROUP * rb;
         let chunk = CHUNK_BYTES.div_ceil(group_bytes) * group_bytes;
         map[at..at + len]
@@ -373,7 +378,14 @@ const CHUNK_BYTES: usize = 256 << 10;
 /// The transparent huge page size (x86-64, and arm64 with 4 KiB pages).
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A use of tensor `t` as a matrix.
+/// How many rows of a matrix of `dims` a packed copy packs: its whole groups.
+fn packed_rows(dims: &[u64]) -> usize {
+    let rows = dims.get(1).copied().unwrap_or(0) as usize;
+    rows / packed::GROUP * packed::GROUP
+}
+
+/// A use of tensor `t` as a matrix (one of them, for a fused tensor: they share its type and
+/// width).
 fn find(model: &Model, t: usize) -> Option<&Weight> {
     let w = &model.w;
     w.layers

@@ -82,16 +82,19 @@ impl<'a> WeightView<'a> {
     /// The sub-matrix of rows `rows` (a part of a fused tensor such as phi3's `attn_qkv`).
     ///
     /// # Panics
-    /// On a packed matrix unless `rows` is all of it.
+    /// Unless the part's packed rows are whole groups: each end of `rows` is a multiple of 16 or
+    /// past the packed rows ([`kernels::packed`]).
     pub fn rows(&self, rows: Range<usize>) -> WeightView<'a> {
         assert!(rows.start <= rows.end && rows.end <= self.n_out);
-        if rows == (0..self.n_out) {
-            return *self;
-        }
-        assert_eq!(self.packed_rows, 0, "a part of a packed matrix");
+        let whole_groups = |r: usize| r.is_multiple_of(kernels::packed::GROUP) || r >= self.packed_rows;
+        assert!(
+            whole_groups(rows.start) && whole_groups(rows.end),
+            "rows {rows:?} split a packed group"
+        );
         WeightView {
             n_out: rows.len(),
             data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
+            packed_rows: self.packed_rows.clamp(rows.start, rows.end) - rows.start,
             ..*self
         }
     }
@@ -359,5 +362,51 @@ mod tests {
                 assert_eq!(got.converted.len(), types.len(), "one conversion per format");
             }
         });
+    }
+
+    /// A row range of a packed matrix that starts and ends on groups (a part of phi3's fused
+    /// Q/K/V) is a packed matrix of its own: its rows and its products are the whole matrix's.
+    #[test]
+    fn parts_of_a_packed_matrix_keep_its_rows_and_products() {
+        let ty = GgmlType::Q4_0;
+        let (n, rows) = (64, 56); // three packed groups and a row-major tail of 8
+        if !kernels::matmul::can_use_packed(Isa::active(), ty) {
+            return;
+        }
+        let mut seed = 9;
+        let w = random(&mut seed, n * rows);
+        let mut data = vec![0u8; ty.row_bytes(n as u64).unwrap() as usize * rows];
+        crate::quant::quantize_row(ty, &w, &mut data).unwrap();
+        let file = WeightView::new(ty, n, rows, &data).unwrap();
+        let mut packed = data.clone();
+        kernels::packed::pack_in_place(ty, n, &mut packed, 48, &mut Vec::new());
+        let whole = WeightView::new(ty, n, rows, &packed)
+            .unwrap()
+            .with_packed_rows(48);
+        let x = random(&mut seed, 3 * n);
+        let mut all = vec![0f32; 3 * rows];
+        matmul(&whole, &mut Activations::new(&x, n), &mut all);
+        for (part, packed_rows) in [(0..16, 16), (16..48, 32), (32..56, 16), (48..56, 0), (16..56, 32)] {
+            let v = whole.rows(part.clone());
+            assert_eq!(v.packed_rows, packed_rows, "{part:?}");
+            let (mut got, mut want) = (vec![0f32; n], vec![0f32; n]);
+            for r in 0..part.len() {
+                v.dequantize_row(r, &mut got);
+                file.dequantize_row(part.start + r, &mut want);
+                assert_eq!(got, want, "{part:?} row {r}");
+            }
+            let mut out = vec![0f32; 3 * part.len()];
+            matmul(&v, &mut Activations::new(&x, n), &mut out);
+            for t in 0..3 {
+                let want = &all[t * rows + part.start..t * rows + part.end];
+                let got = &out[t * part.len()..(t + 1) * part.len()];
+                assert!(
+                    got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{part:?} token {t}"
+                );
+            }
+        }
+        let split = std::panic::catch_unwind(|| whole.rows(8..24));
+        assert!(split.is_err(), "a part that splits a packed group");
     }
 }
