@@ -269,6 +269,31 @@ fn decode_rows_per_chunk(n_out: usize, threads: usize) -> usize {
 /// points to that output with no other thread writing these rows.
 unsafe fn gemv_rows(isa: Isa, w: &Matrix, rows: Range<usize>, xq: &[u8], n_tokens: usize, out: *mut f32) {
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
+    // Float weights on AVX-512: tiles of rows x tokens, each with the row kernel's steps.
+    #[cfg(target_arch = "x86_64")]
+    if n_tokens > 1
+        && matches!(isa, Isa::Avx512 | Isa::Amx)
+        && matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+    {
+        let run = if super::has_avx512bf16() {
+            super::x86::float_batch_avx512bf16
+        } else {
+            super::x86::float_batch_avx512
+        };
+        run(
+            w.ty,
+            w.n,
+            w.data[rows.start * w.row_bytes..].as_ptr(),
+            w.row_bytes,
+            rows.len(),
+            xq.as_ptr(),
+            arb,
+            n_tokens,
+            out.add(rows.start),
+            w.n_out,
+        );
+        return;
+    }
     for t in 0..n_tokens {
         let o = std::slice::from_raw_parts_mut(out.add(t * w.n_out + rows.start), rows.len());
         dot_rows(
@@ -601,6 +626,43 @@ mod tests {
                             .filter(|&r| one[r].to_bits() != want[r].to_bits())
                             .collect();
                         assert!(bad.is_empty(), "{isa} {ty} n_out {n_out} token {t}: rows {bad:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Float weights (F32, F16, BF16) give a token the same bits in a batch as alone: the
+    /// AVX-512 tiles of rows x tokens take each row and token through the row kernel's steps.
+    /// Lengths with and without a tail past the last whole step (16 elements, 32 for
+    /// `vdpbf16ps`); rows in whole tiles of four and past them; rows of 8 KiB (F32) take the
+    /// batch in several blocks of rows; 2 tokens (a few slots), 7 and 13 (tiles of six tokens
+    /// and single tokens past them).
+    #[test]
+    fn float_batches_match_decode_bitwise() {
+        let pool = ThreadPool::new(2).unwrap();
+        let mut rng = Rng::new(23);
+        for isa in Isa::supported() {
+            for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+                for (n, n_out) in [(71, 11), (96, 70), (2053, 70)] {
+                    for n_tokens in [2, 7, 13] {
+                        let data = random_rows(&mut rng, ty, n, n_out);
+                        let w = matrix(ty, n, &data, 0);
+                        let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
+                        let mut batch = vec![0f32; n_out * n_tokens];
+                        matmul(&pool, isa, &w, &xq.concat(), n_tokens, &mut batch);
+                        for (t, x) in xq.iter().enumerate() {
+                            let mut one = vec![f32::NAN; n_out];
+                            matmul(&pool, isa, &w, x, 1, &mut one);
+                            let want = &batch[t * n_out..(t + 1) * n_out];
+                            let bad: Vec<usize> = (0..n_out)
+                                .filter(|&r| one[r].to_bits() != want[r].to_bits())
+                                .collect();
+                            assert!(
+                                bad.is_empty(),
+                                "{isa} {ty} n {n} token {t} of {n_tokens}: rows {bad:?}"
+                            );
+                        }
                     }
                 }
             }

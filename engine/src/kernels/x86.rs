@@ -888,6 +888,272 @@ unsafe fn bf16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *co
 }
 
 // ---------------------------------------------------------------------------------------------
+// Float rows in batches: tiles of rows x tokens.
+
+/// A float weight type's 512-bit steps, as its row kernel above takes them: [`float_tile512`]
+/// runs each row and token through the same chain of multiply-adds, so a batch gives decode's
+/// bits.
+trait FloatSteps {
+    /// A step's weights or activations, loaded (and converted) once for all the tile's tokens
+    /// or rows.
+    type V: Copy;
+    /// Elements per step.
+    const STEP: usize;
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Whether the row kernel takes the elements past the last whole step in one masked step;
+    /// otherwise it adds their products one by one after the reduction.
+    const MASKED_TAIL: bool;
+    unsafe fn load(p: *const u8) -> Self::V;
+    /// The first `k < STEP` elements, the rest zero.
+    unsafe fn load_part(p: *const u8, k: usize) -> Self::V;
+    unsafe fn madd(acc: __m512, w: Self::V, a: Self::V) -> __m512;
+    /// One element's product, for a tail that is not masked.
+    unsafe fn product(_w: *const u8, _a: *const u8) -> f32 {
+        unreachable!("masked tails")
+    }
+}
+
+/// F32 weights (`f32_rows512`).
+struct F32s;
+/// F16 weights (`f16_rows512`).
+struct F16s;
+/// BF16 weights on CPUs without AVX-512 BF16 (`bf16_rows512`).
+struct Bf16s;
+/// BF16 weights with `vdpbf16ps` (`bf16_rows512_dp`).
+struct Bf16Dp;
+
+impl FloatSteps for F32s {
+    type V = __m512;
+    const STEP: usize = 16;
+    const SIZE: usize = 4;
+    const MASKED_TAIL: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512 {
+        _mm512_loadu_ps(p as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn load_part(p: *const u8, k: usize) -> __m512 {
+        _mm512_maskz_loadu_ps(((1u32 << k) - 1) as u16, p as *const f32)
+    }
+    #[inline(always)]
+    unsafe fn madd(acc: __m512, w: __m512, a: __m512) -> __m512 {
+        _mm512_fmadd_ps(w, a, acc)
+    }
+}
+
+impl FloatSteps for F16s {
+    type V = __m512;
+    const STEP: usize = 16;
+    const SIZE: usize = 2;
+    const MASKED_TAIL: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512 {
+        _mm512_cvtph_ps(ld256(p))
+    }
+    #[inline(always)]
+    unsafe fn load_part(p: *const u8, k: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+            ((1u32 << k) - 1) as u16,
+            p as *const i16,
+        ))
+    }
+    #[inline(always)]
+    unsafe fn madd(acc: __m512, w: __m512, a: __m512) -> __m512 {
+        _mm512_fmadd_ps(w, a, acc)
+    }
+}
+
+impl FloatSteps for Bf16s {
+    type V = __m512;
+    const STEP: usize = 16;
+    const SIZE: usize = 2;
+    const MASKED_TAIL: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512 {
+        bf16x16(p)
+    }
+    #[inline(always)]
+    unsafe fn load_part(_: *const u8, _: usize) -> __m512 {
+        unreachable!("the tail is added element by element")
+    }
+    #[inline(always)]
+    unsafe fn madd(acc: __m512, w: __m512, a: __m512) -> __m512 {
+        _mm512_fmadd_ps(w, a, acc)
+    }
+    #[inline(always)]
+    unsafe fn product(w: *const u8, a: *const u8) -> f32 {
+        ld_bf16(w) * ld_bf16(a)
+    }
+}
+
+impl FloatSteps for Bf16Dp {
+    type V = __m512bh;
+    const STEP: usize = 32;
+    const SIZE: usize = 2;
+    const MASKED_TAIL: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512bh {
+        std::mem::transmute(_mm512_loadu_si512(p as *const _))
+    }
+    #[inline(always)]
+    unsafe fn load_part(p: *const u8, k: usize) -> __m512bh {
+        std::mem::transmute(_mm512_maskz_loadu_epi16(
+            ((1u64 << k) - 1) as u32,
+            p as *const i16,
+        ))
+    }
+    #[inline(always)]
+    unsafe fn madd(acc: __m512, w: __m512bh, a: __m512bh) -> __m512 {
+        _mm512_dpbf16_ps(acc, w, a)
+    }
+}
+
+/// `R` rows (from `w`, `ws` bytes apart) against `T` tokens (from `a`, `as_` bytes apart) into
+/// `out[t * os + r]`: each row and token its own accumulator, the row kernel's steps in its
+/// order. A step's weights are loaded once for the `T` tokens and its activations once for the
+/// `R` rows, where the row kernels read every row again for every token.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_tile512<F: FloatSteps, const R: usize, const T: usize>(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    as_: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let whole = n / F::STEP * F::STEP;
+    let mut i = 0;
+    while i < whole {
+        let mut wv = [F::load(w.add(F::SIZE * i)); R];
+        for (r, wv) in wv.iter_mut().enumerate().skip(1) {
+            *wv = F::load(w.add(r * ws + F::SIZE * i));
+        }
+        for t in 0..T {
+            let av = F::load(a.add(t * as_ + F::SIZE * i));
+            for r in 0..R {
+                acc[r][t] = F::madd(acc[r][t], wv[r], av);
+            }
+        }
+        i += F::STEP;
+    }
+    if whole < n && F::MASKED_TAIL {
+        let k = n - whole;
+        for t in 0..T {
+            let av = F::load_part(a.add(t * as_ + F::SIZE * i), k);
+            for r in 0..R {
+                acc[r][t] = F::madd(acc[r][t], F::load_part(w.add(r * ws + F::SIZE * i), k), av);
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            let mut x = _mm512_reduce_add_ps(acc[r][t]);
+            if !F::MASKED_TAIL {
+                for k in whole..n {
+                    x += F::product(w.add(r * ws + F::SIZE * k), a.add(t * as_ + F::SIZE * k));
+                }
+            }
+            *out.add(t * os + r) = x;
+        }
+    }
+}
+
+/// Tokens per tile of [`float_tile512`]: 4 rows x 6 tokens of accumulators, 4 rows' weights
+/// and one token's activations fill 29 of the 32 registers.
+const FLOAT_TOKENS: usize = 6;
+
+/// Weight bytes a batch works through at a time: they stay in L2 while every tile of tokens
+/// reads them.
+const FLOAT_BLOCK_BYTES: usize = 256 * 1024;
+
+/// `out[t * os + r] = w_r · a_t` for `rows` rows from `w` (`ws` bytes apart) and `n_tokens`
+/// tokens from `a` (`as_` bytes apart), with the bits of `dot_rows` per token.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_batch512<F: FloatSteps>(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    rows: usize,
+    a: *const u8,
+    as_: usize,
+    n_tokens: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let block = (FLOAT_BLOCK_BYTES / ws).max(4) / 4 * 4;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = (r0 + block).min(rows);
+        let mut t = 0;
+        while t < n_tokens {
+            let (at, ot) = (a.add(t * as_), out.add(t * os));
+            let whole = t + FLOAT_TOKENS <= n_tokens;
+            let mut r = r0;
+            while r < r1 {
+                let (wr, or) = (w.add(r * ws), ot.add(r));
+                match (r + 4 <= r1, whole) {
+                    (true, true) => float_tile512::<F, 4, FLOAT_TOKENS>(n, wr, ws, at, as_, or, os),
+                    (true, false) => float_tile512::<F, 4, 1>(n, wr, ws, at, as_, or, os),
+                    (false, true) => float_tile512::<F, 1, FLOAT_TOKENS>(n, wr, ws, at, as_, or, os),
+                    (false, false) => float_tile512::<F, 1, 1>(n, wr, ws, at, as_, or, os),
+                }
+                r += if r + 4 <= r1 { 4 } else { 1 };
+            }
+            t += if whole { FLOAT_TOKENS } else { 1 };
+        }
+        r0 = r1;
+    }
+}
+
+/// [`float_batch512`] for float weight types (F32, F16, BF16): the batch counterparts of
+/// `dot_rows_avx512` and `dot_rows_avx512bf16`, whose BF16 rows take `$bf16`'s steps.
+macro_rules! float_batch_driver {
+    ($name:ident, $feat:literal, $bf16:ty) => {
+        /// # Safety
+        /// The CPU has this function's features; `rows` rows of `n` values of `ty` at `w` (`ws`
+        /// bytes apart), `n_tokens` activation rows of `ty`'s dot type at `a` (`as_` apart) and
+        /// the outputs `out[t * os + r]` lie within their buffers.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn $name(
+            ty: GgmlType,
+            n: usize,
+            w: *const u8,
+            ws: usize,
+            rows: usize,
+            a: *const u8,
+            as_: usize,
+            n_tokens: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            match ty {
+                GgmlType::F32 => float_batch512::<F32s>(n, w, ws, rows, a, as_, n_tokens, out, os),
+                GgmlType::F16 => float_batch512::<F16s>(n, w, ws, rows, a, as_, n_tokens, out, os),
+                GgmlType::BF16 => float_batch512::<$bf16>(n, w, ws, rows, a, as_, n_tokens, out, os),
+                _ => unreachable!("{ty} is not a float type"),
+            }
+        }
+    };
+}
+
+float_batch_driver!(
+    float_batch_avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq",
+    Bf16s
+);
+float_batch_driver!(
+    float_batch_avx512bf16,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16",
+    Bf16Dp
+);
+
+// ---------------------------------------------------------------------------------------------
 // Row-group driver: rows four at a time (four weight streams share each activation load), the
 // remainder one at a time.
 
