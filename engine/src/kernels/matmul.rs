@@ -269,16 +269,16 @@ fn decode_rows_per_chunk(n_out: usize, threads: usize) -> usize {
 /// points to that output with no other thread writing these rows.
 unsafe fn gemv_rows(isa: Isa, w: &Matrix, rows: Range<usize>, xq: &[u8], n_tokens: usize, out: *mut f32) {
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
-    // Float weights on AVX-512: tiles of rows x tokens, each with the row kernel's steps.
+    // Float weights: tiles of rows x tokens, each with the row kernel's steps.
     #[cfg(target_arch = "x86_64")]
     if n_tokens > 1
-        && matches!(isa, Isa::Avx512 | Isa::Amx)
         && matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Amx)
     {
-        let run = if super::has_avx512bf16() {
-            super::x86::float_batch_avx512bf16
-        } else {
-            super::x86::float_batch_avx512
+        let run = match isa {
+            Isa::Avx512 | Isa::Amx if super::has_avx512bf16() => super::x86::float_batch_avx512bf16,
+            Isa::Avx512 | Isa::Amx => super::x86::float_batch_avx512,
+            _ => super::x86::float_batch_avx2,
         };
         run(
             w.ty,
@@ -632,12 +632,12 @@ mod tests {
         }
     }
 
-    /// Float weights (F32, F16, BF16) give a token the same bits in a batch as alone: the
-    /// AVX-512 tiles of rows x tokens take each row and token through the row kernel's steps.
+    /// Float weights (F32, F16, BF16) give a token the same bits in a batch as alone: the x86
+    /// tiles of rows x tokens take each row and token through the row kernel's steps.
     /// Lengths with and without a tail past the last whole step (16 elements, 32 for
-    /// `vdpbf16ps`); rows in whole tiles of four and past them; rows of 8 KiB (F32) take the
-    /// batch in several blocks of rows; 2 tokens (a few slots), 7 and 13 (tiles of six tokens
-    /// and single tokens past them).
+    /// `vdpbf16ps`, 8 on AVX2); rows in whole tiles of four and past them; rows of 8 KiB (F32)
+    /// take the batch in several blocks of rows; 2 tokens (a few slots), 7 and 13 (tiles of six
+    /// or two tokens and single tokens past them).
     #[test]
     fn float_batches_match_decode_bitwise() {
         let pool = ThreadPool::new(2).unwrap();

@@ -890,10 +890,11 @@ unsafe fn bf16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *co
 // ---------------------------------------------------------------------------------------------
 // Float rows in batches: tiles of rows x tokens.
 
-/// A float weight type's 512-bit steps, as its row kernel above takes them: [`float_tile512`]
-/// runs each row and token through the same chain of multiply-adds, so a batch gives decode's
-/// bits.
+/// A float weight type's steps as one of the row kernels above takes them: [`float_tile`] runs
+/// each row and token through the same chain of multiply-adds, so a batch gives decode's bits.
 trait FloatSteps {
+    /// A row and token's sum.
+    type Acc: Copy;
     /// A step's weights or activations, loaded (and converted) once for all the tile's tokens
     /// or rows.
     type V: Copy;
@@ -904,26 +905,83 @@ trait FloatSteps {
     /// Whether the row kernel takes the elements past the last whole step in one masked step;
     /// otherwise it adds their products one by one after the reduction.
     const MASKED_TAIL: bool;
+    unsafe fn zero() -> Self::Acc;
+    unsafe fn reduce(acc: Self::Acc) -> f32;
     unsafe fn load(p: *const u8) -> Self::V;
-    /// The first `k < STEP` elements, the rest zero.
-    unsafe fn load_part(p: *const u8, k: usize) -> Self::V;
-    unsafe fn madd(acc: __m512, w: Self::V, a: Self::V) -> __m512;
-    /// One element's product, for a tail that is not masked.
+    /// The first `k < STEP` elements, the rest zero (for a masked tail).
+    unsafe fn load_part(_p: *const u8, _k: usize) -> Self::V {
+        unreachable!("the tail is added element by element")
+    }
+    unsafe fn madd(acc: Self::Acc, w: Self::V, a: Self::V) -> Self::Acc;
+    /// One element's product (for a tail that is not masked).
     unsafe fn product(_w: *const u8, _a: *const u8) -> f32 {
         unreachable!("masked tails")
     }
 }
 
-/// F32 weights (`f32_rows512`).
-struct F32s;
-/// F16 weights (`f16_rows512`).
-struct F16s;
-/// BF16 weights on CPUs without AVX-512 BF16 (`bf16_rows512`).
-struct Bf16s;
-/// BF16 weights with `vdpbf16ps` (`bf16_rows512_dp`).
-struct Bf16Dp;
+/// The 512-bit row kernels' sums: 16 lanes, reduced by `_mm512_reduce_add_ps`.
+macro_rules! acc512 {
+    () => {
+        type Acc = __m512;
+        #[inline(always)]
+        unsafe fn zero() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn reduce(acc: __m512) -> f32 {
+            _mm512_reduce_add_ps(acc)
+        }
+    };
+}
 
-impl FloatSteps for F32s {
+/// The 256-bit row kernels' sums: 8 lanes, reduced by [`hsum_ps`], the tail added after.
+macro_rules! acc256 {
+    ($load:ident, $ld:ident, $size:expr) => {
+        type Acc = __m256;
+        type V = __m256;
+        const STEP: usize = 8;
+        const SIZE: usize = $size;
+        const MASKED_TAIL: bool = false;
+        #[inline(always)]
+        unsafe fn zero() -> __m256 {
+            _mm256_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn reduce(acc: __m256) -> f32 {
+            hsum_ps(acc)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const u8) -> __m256 {
+            $load(p)
+        }
+        #[inline(always)]
+        unsafe fn madd(acc: __m256, w: __m256, a: __m256) -> __m256 {
+            _mm256_fmadd_ps(w, a, acc)
+        }
+        #[inline(always)]
+        unsafe fn product(w: *const u8, a: *const u8) -> f32 {
+            $ld(w) * $ld(a)
+        }
+    };
+}
+
+/// F32 weights, `f32_rows512`.
+struct F32x16;
+/// F16 weights, `f16_rows512`.
+struct F16x16;
+/// BF16 weights on AVX-512 CPUs without BF16 instructions, `bf16_rows512`.
+struct Bf16x16;
+/// BF16 weights with `vdpbf16ps`, `bf16_rows512_dp`.
+struct Bf16Dp;
+/// F32 weights, `f32_rows256`.
+struct F32x8;
+/// F16 weights, `f16_rows256`.
+struct F16x8;
+/// BF16 weights, `bf16_rows256`.
+struct Bf16x8;
+
+impl FloatSteps for F32x16 {
+    acc512!();
     type V = __m512;
     const STEP: usize = 16;
     const SIZE: usize = 4;
@@ -942,7 +1000,8 @@ impl FloatSteps for F32s {
     }
 }
 
-impl FloatSteps for F16s {
+impl FloatSteps for F16x16 {
+    acc512!();
     type V = __m512;
     const STEP: usize = 16;
     const SIZE: usize = 2;
@@ -964,7 +1023,8 @@ impl FloatSteps for F16s {
     }
 }
 
-impl FloatSteps for Bf16s {
+impl FloatSteps for Bf16x16 {
+    acc512!();
     type V = __m512;
     const STEP: usize = 16;
     const SIZE: usize = 2;
@@ -972,10 +1032,6 @@ impl FloatSteps for Bf16s {
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512 {
         bf16x16(p)
-    }
-    #[inline(always)]
-    unsafe fn load_part(_: *const u8, _: usize) -> __m512 {
-        unreachable!("the tail is added element by element")
     }
     #[inline(always)]
     unsafe fn madd(acc: __m512, w: __m512, a: __m512) -> __m512 {
@@ -988,6 +1044,7 @@ impl FloatSteps for Bf16s {
 }
 
 impl FloatSteps for Bf16Dp {
+    acc512!();
     type V = __m512bh;
     const STEP: usize = 32;
     const SIZE: usize = 2;
@@ -1009,13 +1066,35 @@ impl FloatSteps for Bf16Dp {
     }
 }
 
+#[inline(always)]
+unsafe fn f32x8(p: *const u8) -> __m256 {
+    _mm256_loadu_ps(p as *const f32)
+}
+
+#[inline(always)]
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(ld128(p))
+}
+
+impl FloatSteps for F32x8 {
+    acc256!(f32x8, ld_f32, 4);
+}
+
+impl FloatSteps for F16x8 {
+    acc256!(f16x8, ld_f16, 2);
+}
+
+impl FloatSteps for Bf16x8 {
+    acc256!(bf16x8, ld_bf16, 2);
+}
+
 /// `R` rows (from `w`, `ws` bytes apart) against `T` tokens (from `a`, `as_` bytes apart) into
-/// `out[t * os + r]`: each row and token its own accumulator, the row kernel's steps in its
-/// order. A step's weights are loaded once for the `T` tokens and its activations once for the
-/// `R` rows, where the row kernels read every row again for every token.
+/// `out[t * os + r]`: each row and token its own sum, with the row kernel's steps in its order.
+/// A step's weights are loaded once for the `T` tokens and its activations once for the `R`
+/// rows, where the row kernels read every row again for every token.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn float_tile512<F: FloatSteps, const R: usize, const T: usize>(
+unsafe fn float_tile<F: FloatSteps, const R: usize, const T: usize>(
     n: usize,
     w: *const u8,
     ws: usize,
@@ -1024,7 +1103,7 @@ unsafe fn float_tile512<F: FloatSteps, const R: usize, const T: usize>(
     out: *mut f32,
     os: usize,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let mut acc = [[F::zero(); T]; R];
     let whole = n / F::STEP * F::STEP;
     let mut i = 0;
     while i < whole {
@@ -1051,7 +1130,7 @@ unsafe fn float_tile512<F: FloatSteps, const R: usize, const T: usize>(
     }
     for r in 0..R {
         for t in 0..T {
-            let mut x = _mm512_reduce_add_ps(acc[r][t]);
+            let mut x = F::reduce(acc[r][t]);
             if !F::MASKED_TAIL {
                 for k in whole..n {
                     x += F::product(w.add(r * ws + F::SIZE * k), a.add(t * as_ + F::SIZE * k));
@@ -1062,19 +1141,16 @@ unsafe fn float_tile512<F: FloatSteps, const R: usize, const T: usize>(
     }
 }
 
-/// Tokens per tile of [`float_tile512`]: 4 rows x 6 tokens of accumulators, 4 rows' weights
-/// and one token's activations fill 29 of the 32 registers.
-const FLOAT_TOKENS: usize = 6;
-
 /// Weight bytes a batch works through at a time: they stay in L2 while every tile of tokens
 /// reads them.
 const FLOAT_BLOCK_BYTES: usize = 256 * 1024;
 
 /// `out[t * os + r] = w_r · a_t` for `rows` rows from `w` (`ws` bytes apart) and `n_tokens`
-/// tokens from `a` (`as_` bytes apart), with the bits of `dot_rows` per token.
+/// tokens from `a` (`as_` bytes apart), in tiles of `R` rows x `T` tokens, with the bits of the
+/// row kernels per token.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn float_batch512<F: FloatSteps>(
+unsafe fn float_batch<F: FloatSteps, const R: usize, const T: usize>(
     n: usize,
     w: *const u8,
     ws: usize,
@@ -1085,35 +1161,38 @@ unsafe fn float_batch512<F: FloatSteps>(
     out: *mut f32,
     os: usize,
 ) {
-    let block = (FLOAT_BLOCK_BYTES / ws).max(4) / 4 * 4;
+    let block = (FLOAT_BLOCK_BYTES / ws).max(R) / R * R;
     let mut r0 = 0;
     while r0 < rows {
         let r1 = (r0 + block).min(rows);
         let mut t = 0;
         while t < n_tokens {
             let (at, ot) = (a.add(t * as_), out.add(t * os));
-            let whole = t + FLOAT_TOKENS <= n_tokens;
+            let whole = t + T <= n_tokens;
             let mut r = r0;
             while r < r1 {
                 let (wr, or) = (w.add(r * ws), ot.add(r));
-                match (r + 4 <= r1, whole) {
-                    (true, true) => float_tile512::<F, 4, FLOAT_TOKENS>(n, wr, ws, at, as_, or, os),
-                    (true, false) => float_tile512::<F, 4, 1>(n, wr, ws, at, as_, or, os),
-                    (false, true) => float_tile512::<F, 1, FLOAT_TOKENS>(n, wr, ws, at, as_, or, os),
-                    (false, false) => float_tile512::<F, 1, 1>(n, wr, ws, at, as_, or, os),
+                match (r + R <= r1, whole) {
+                    (true, true) => float_tile::<F, R, T>(n, wr, ws, at, as_, or, os),
+                    (true, false) => float_tile::<F, R, 1>(n, wr, ws, at, as_, or, os),
+                    (false, true) => float_tile::<F, 1, T>(n, wr, ws, at, as_, or, os),
+                    (false, false) => float_tile::<F, 1, 1>(n, wr, ws, at, as_, or, os),
                 }
-                r += if r + 4 <= r1 { 4 } else { 1 };
+                r += if r + R <= r1 { R } else { 1 };
             }
-            t += if whole { FLOAT_TOKENS } else { 1 };
+            t += if whole { T } else { 1 };
         }
         r0 = r1;
     }
 }
 
-/// [`float_batch512`] for float weight types (F32, F16, BF16): the batch counterparts of
-/// `dot_rows_avx512` and `dot_rows_avx512bf16`, whose BF16 rows take `$bf16`'s steps.
+/// [`float_batch`] for float weight types (F32, F16, BF16) in tiles of `$tokens` tokens: the
+/// batch counterpart of the row driver of the same features (`$f32`, `$f16`, `$bf16` its row
+/// kernels' steps). 512-bit: 4 rows x 6 tokens of sums, 4 rows' weights and a token's
+/// activations fill 29 of the 32 registers (3 x 8 and 6 x 4 were no faster); 256-bit: 3 x 4, 3
+/// and 1 fill all 16 (4 x 2 was 3% slower on the 1.1B F16 file's prompt).
 macro_rules! float_batch_driver {
-    ($name:ident, $feat:literal, $bf16:ty) => {
+    ($name:ident, $feat:literal, $rows:expr, $tokens:expr, $f32:ty, $f16:ty, $bf16:ty) => {
         /// # Safety
         /// The CPU has this function's features; `rows` rows of `n` values of `ty` at `w` (`ws`
         /// bytes apart), `n_tokens` activation rows of `ty`'s dot type at `a` (`as_` apart) and
@@ -1133,23 +1212,38 @@ macro_rules! float_batch_driver {
             os: usize,
         ) {
             match ty {
-                GgmlType::F32 => float_batch512::<F32s>(n, w, ws, rows, a, as_, n_tokens, out, os),
-                GgmlType::F16 => float_batch512::<F16s>(n, w, ws, rows, a, as_, n_tokens, out, os),
-                GgmlType::BF16 => float_batch512::<$bf16>(n, w, ws, rows, a, as_, n_tokens, out, os),
+                GgmlType::F32 => {
+                    float_batch::<$f32, $rows, $tokens>(n, w, ws, rows, a, as_, n_tokens, out, os)
+                }
+                GgmlType::F16 => {
+                    float_batch::<$f16, $rows, $tokens>(n, w, ws, rows, a, as_, n_tokens, out, os)
+                }
+                GgmlType::BF16 => {
+                    float_batch::<$bf16, $rows, $tokens>(n, w, ws, rows, a, as_, n_tokens, out, os)
+                }
                 _ => unreachable!("{ty} is not a float type"),
             }
         }
     };
 }
 
+float_batch_driver!(float_batch_avx2, "avx2,fma,f16c", 3, 4, F32x8, F16x8, Bf16x8);
 float_batch_driver!(
     float_batch_avx512,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq",
-    Bf16s
+    4,
+    6,
+    F32x16,
+    F16x16,
+    Bf16x16
 );
 float_batch_driver!(
     float_batch_avx512bf16,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16",
+    4,
+    6,
+    F32x16,
+    F16x16,
     Bf16Dp
 );
 
