@@ -1,6 +1,8 @@
 //! Writes a TinyLlama-1.1B-shaped llama model with random weights in F16, for speed measurements:
-//! `cargo run --release -p engine --example bench_model -- OUT.gguf [N_LAYER]`, then
+//! `cargo run --release -p engine --example bench_model -- OUT.gguf [N_LAYER] [llama|phi3]`, then
 //! `ollamars quantize OUT.gguf q4_0.gguf q4_0` (and so on) for each weight type to compare.
+//! `phi3` writes the same sizes as phi3 does, Q/K/V in one `attn_qkv` tensor and gate/up in one
+//! `ffn_up`, which the engine reads as row ranges.
 //!
 //! Shape of TinyLlama 1.1B: 22 layers, n_embd 2048, n_ff 5632, 32 heads / 4 KV heads (head 64),
 //! a 32000-token Llama 2 SPM vocabulary, weights N(0, 0.02). The vocabulary's first 512 tokens
@@ -44,13 +46,19 @@ impl Rng {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (out, n_layer) = match args.as_slice() {
-        [_, out] => (PathBuf::from(out), 22),
-        [_, out, n] => (PathBuf::from(out), n.parse().expect("N_LAYER is a number")),
-        _ => {
-            eprintln!("usage: bench_model OUT.gguf [N_LAYER]");
-            std::process::exit(2);
-        }
+    let usage = || -> ! {
+        eprintln!("usage: bench_model OUT.gguf [N_LAYER] [llama|phi3]");
+        std::process::exit(2);
+    };
+    let (out, n_layer, a) = match args.as_slice() {
+        [_, out] => (PathBuf::from(out), 22, "llama"),
+        [_, out, n] => (PathBuf::from(out), n.parse().unwrap_or_else(|_| usage()), "llama"),
+        [_, out, n, arch] if arch == "llama" || arch == "phi3" => (
+            PathBuf::from(out),
+            n.parse().unwrap_or_else(|_| usage()),
+            arch.as_str(),
+        ),
+        _ => usage(),
     };
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
     let src = Gguf::open(fixtures.join("quant/src-f32.gguf")).expect("shared fixture quant/src-f32.gguf");
@@ -78,12 +86,14 @@ fn main() {
         types.push(1);
     }
 
-    let a = "llama";
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::String(a.into()));
     w.set(
         "general.name",
-        Value::String("tinyllama-1.1b-shaped-random".into()),
+        Value::String(format!(
+            "{}-1.1b-shaped-random",
+            if a == "phi3" { "phi3" } else { "tinyllama" }
+        )),
     );
     w.set("general.file_type", Value::U32(1));
     for (k, v) in meta.iter() {
@@ -116,13 +126,21 @@ fn main() {
     for il in 0..n_layer {
         let b = |s: &str| format!("blk.{il}.{s}");
         tensors.push((b("attn_norm.weight"), vec![N_EMBD as u64]));
-        tensors.push((b("attn_q.weight"), vec![N_EMBD as u64, nq as u64]));
-        tensors.push((b("attn_k.weight"), vec![N_EMBD as u64, nkv as u64]));
-        tensors.push((b("attn_v.weight"), vec![N_EMBD as u64, nkv as u64]));
+        if a == "phi3" {
+            tensors.push((b("attn_qkv.weight"), vec![N_EMBD as u64, (nq + 2 * nkv) as u64]));
+        } else {
+            tensors.push((b("attn_q.weight"), vec![N_EMBD as u64, nq as u64]));
+            tensors.push((b("attn_k.weight"), vec![N_EMBD as u64, nkv as u64]));
+            tensors.push((b("attn_v.weight"), vec![N_EMBD as u64, nkv as u64]));
+        }
         tensors.push((b("attn_output.weight"), vec![nq as u64, N_EMBD as u64]));
         tensors.push((b("ffn_norm.weight"), vec![N_EMBD as u64]));
-        tensors.push((b("ffn_gate.weight"), vec![N_EMBD as u64, N_FF as u64]));
-        tensors.push((b("ffn_up.weight"), vec![N_EMBD as u64, N_FF as u64]));
+        if a == "phi3" {
+            tensors.push((b("ffn_up.weight"), vec![N_EMBD as u64, 2 * N_FF as u64]));
+        } else {
+            tensors.push((b("ffn_gate.weight"), vec![N_EMBD as u64, N_FF as u64]));
+            tensors.push((b("ffn_up.weight"), vec![N_EMBD as u64, N_FF as u64]));
+        }
         tensors.push((b("ffn_down.weight"), vec![N_FF as u64, N_EMBD as u64]));
     }
     tensors.push(("output_norm.weight".into(), vec![N_EMBD as u64]));
