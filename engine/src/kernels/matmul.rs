@@ -616,19 +616,30 @@ mod tests {
                     };
                     let w = matrix(ty, n, &data, packed_rows);
                     let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
-                    let mut batch = vec![0f32; n_out * n_tokens];
-                    matmul(&pool, isa, &w, &xq.concat(), n_tokens, &mut batch);
-                    for (t, x) in xq.iter().enumerate() {
-                        let mut one = vec![f32::NAN; n_out];
-                        matmul(&pool, isa, &w, x, 1, &mut one);
-                        let want = &batch[t * n_out..(t + 1) * n_out];
-                        let bad: Vec<usize> = (0..n_out)
-                            .filter(|&r| one[r].to_bits() != want[r].to_bits())
-                            .collect();
-                        assert!(bad.is_empty(), "{isa} {ty} n_out {n_out} token {t}: rows {bad:?}");
-                    }
+                    assert_batch_gives_decode_bits(&pool, isa, &w, &xq, &format!("n_out {n_out}"));
                 }
             }
+        }
+    }
+
+    /// `w` times the activation rows `xq` in one batch gives each token the bits of its own
+    /// product (`what` names the case in the failure).
+    fn assert_batch_gives_decode_bits(pool: &ThreadPool, isa: Isa, w: &Matrix, xq: &[Vec<u8>], what: &str) {
+        let (n_out, n_tokens) = (w.n_out, xq.len());
+        let mut batch = vec![0f32; n_out * n_tokens];
+        matmul(pool, isa, w, &xq.concat(), n_tokens, &mut batch);
+        for (t, x) in xq.iter().enumerate() {
+            let mut one = vec![f32::NAN; n_out];
+            matmul(pool, isa, w, x, 1, &mut one);
+            let want = &batch[t * n_out..(t + 1) * n_out];
+            let bad: Vec<usize> = (0..n_out)
+                .filter(|&r| one[r].to_bits() != want[r].to_bits())
+                .collect();
+            assert!(
+                bad.is_empty(),
+                "{isa} {} {what} token {t} of {n_tokens}: rows {bad:?}",
+                w.ty
+            );
         }
     }
 
@@ -649,20 +660,7 @@ mod tests {
                         let data = random_rows(&mut rng, ty, n, n_out);
                         let w = matrix(ty, n, &data, 0);
                         let xq: Vec<Vec<u8>> = (0..n_tokens).map(|_| random_act(&mut rng, ty, n).1).collect();
-                        let mut batch = vec![0f32; n_out * n_tokens];
-                        matmul(&pool, isa, &w, &xq.concat(), n_tokens, &mut batch);
-                        for (t, x) in xq.iter().enumerate() {
-                            let mut one = vec![f32::NAN; n_out];
-                            matmul(&pool, isa, &w, x, 1, &mut one);
-                            let want = &batch[t * n_out..(t + 1) * n_out];
-                            let bad: Vec<usize> = (0..n_out)
-                                .filter(|&r| one[r].to_bits() != want[r].to_bits())
-                                .collect();
-                            assert!(
-                                bad.is_empty(),
-                                "{isa} {ty} n {n} token {t} of {n_tokens}: rows {bad:?}"
-                            );
-                        }
+                        assert_batch_gives_decode_bits(&pool, isa, &w, &xq, &format!("n {n}"));
                     }
                 }
             }
