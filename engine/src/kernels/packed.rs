@@ -43,6 +43,14 @@ use crate::quant::GgmlType;
 /// Rows per packed group.
 pub const GROUP: usize = 16;
 
+/// Whether rows `rows` of a matrix whose first `packed_rows` rows are packed hold only whole
+/// groups of them: each end is on a group or past the packed rows. Such a part (of a fused
+/// tensor) is a packed matrix of its own.
+pub fn whole_groups(rows: &std::ops::Range<usize>, packed_rows: usize) -> bool {
+    let on_group = |r: usize| r.is_multiple_of(GROUP) || r >= packed_rows;
+    on_group(rows.start) && on_group(rows.end)
+}
+
 /// Whether `ty` has a packed layout.
 pub fn has_layout(ty: GgmlType) -> bool {
     TYPES.contains(&ty)

@@ -110,9 +110,8 @@ pub(super) fn pack_weights(model: &Model) -> Result<PackedWeights> {
     // started or ended inside a group would need the rows of another's.
     let mut whole: BTreeMap<usize, bool> = BTreeMap::new();
     let mut note = |w: &Weight| {
-        let packable = packed_rows(&tensors[w.tensor].info.dims);
-        let on_group = |r: usize| r.is_multiple_of(packed::GROUP) || r >= packable;
-        let ok = tensors[w.tensor].info.dims.len() == 2 && on_group(w.row0) && on_group(w.row0 + w.n_out);
+        let dims = &tensors[w.tensor].info.dims;
+        let ok = dims.len() == 2 && packed::whole_groups(&(w.row0..w.row0 + w.n_out), packed_rows(dims));
         *whole.entry(w.tensor).or_insert(true) &= ok;
     };
     for l in &model.w.layers {

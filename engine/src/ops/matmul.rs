@@ -86,9 +86,8 @@ impl<'a> WeightView<'a> {
     /// past the packed rows ([`kernels::packed`]).
     pub fn rows(&self, rows: Range<usize>) -> WeightView<'a> {
         assert!(rows.start <= rows.end && rows.end <= self.n_out);
-        let whole_groups = |r: usize| r.is_multiple_of(kernels::packed::GROUP) || r >= self.packed_rows;
         assert!(
-            whole_groups(rows.start) && whole_groups(rows.end),
+            kernels::packed::whole_groups(&rows, self.packed_rows),
             "rows {rows:?} split a packed group"
         );
         WeightView {
