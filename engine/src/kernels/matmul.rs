@@ -269,7 +269,8 @@ fn decode_rows_per_chunk(n_out: usize, threads: usize) -> usize {
 /// points to that output with no other thread writing these rows.
 unsafe fn gemv_rows(isa: Isa, w: &Matrix, rows: Range<usize>, xq: &[u8], n_tokens: usize, out: *mut f32) {
     let arb = row_bytes(vec_dot_type(w.ty), w.n);
-    // Float weights: tiles of rows x tokens, each with the row kernel's steps.
+    // Float weights: tiles of rows x tokens, each with the row kernel's steps. The tiers and the
+    // BF16 choice follow `dot_rows`'s, whose bits they must give (float_batches_match_decode_bitwise).
     #[cfg(target_arch = "x86_64")]
     if n_tokens > 1
         && matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
