@@ -690,53 +690,7 @@ unsafe fn iq4xs_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize
 }
 
 // ---------------------------------------------------------------------------------------------
-// Float rows (256-bit; the AVX-512 tier has its own below).
-
-#[inline(always)]
-unsafe fn f32_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    let n8 = n / 8 * 8;
-    let mut i = 0;
-    while i < n8 {
-        let av = _mm256_loadu_ps(a.add(4 * i) as *const f32);
-        for r in 0..R {
-            let wv = _mm256_loadu_ps(w.add(r * ws + 4 * i) as *const f32);
-            acc[r] = _mm256_fmadd_ps(wv, av, acc[r]);
-        }
-        i += 8;
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-        for k in n8..n {
-            out[r] += ld_f32(w.add(r * ws + 4 * k)) * ld_f32(a.add(4 * k));
-        }
-    }
-    out
-}
-
-#[inline(always)]
-unsafe fn f16_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    let n8 = n / 8 * 8;
-    let mut i = 0;
-    while i < n8 {
-        let av = _mm256_cvtph_ps(ld128(a.add(2 * i)));
-        for r in 0..R {
-            let wv = _mm256_cvtph_ps(ld128(w.add(r * ws + 2 * i)));
-            acc[r] = _mm256_fmadd_ps(wv, av, acc[r]);
-        }
-        i += 8;
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-        for k in n8..n {
-            out[r] += ld_f16(w.add(r * ws + 2 * k)) * ld_f16(a.add(2 * k));
-        }
-    }
-    out
-}
+// Float rows: tiles of rows x tokens, one token for decode ([`float_rows`]).
 
 #[inline(always)]
 unsafe fn bf16x8(p: *const u8) -> __m256 {
@@ -749,149 +703,12 @@ unsafe fn ld_bf16(p: *const u8) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn bf16_rows256<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    let n8 = n / 8 * 8;
-    let mut i = 0;
-    while i < n8 {
-        let av = bf16x8(a.add(2 * i));
-        for r in 0..R {
-            acc[r] = _mm256_fmadd_ps(bf16x8(w.add(r * ws + 2 * i)), av, acc[r]);
-        }
-        i += 8;
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-        for k in n8..n {
-            out[r] += ld_bf16(w.add(r * ws + 2 * k)) * ld_bf16(a.add(2 * k));
-        }
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Float rows, 512-bit.
-
-#[inline(always)]
-unsafe fn f32_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm512_setzero_ps(); R];
-    let n16 = n / 16 * 16;
-    let mut i = 0;
-    while i < n16 {
-        let av = _mm512_loadu_ps(a.add(4 * i) as *const f32);
-        for r in 0..R {
-            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w.add(r * ws + 4 * i) as *const f32), av, acc[r]);
-        }
-        i += 16;
-    }
-    let tail = (n - n16) as u32;
-    if tail > 0 {
-        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
-        let av = _mm512_maskz_loadu_ps(m, a.add(4 * i) as *const f32);
-        for r in 0..R {
-            let wv = _mm512_maskz_loadu_ps(m, w.add(r * ws + 4 * i) as *const f32);
-            acc[r] = _mm512_fmadd_ps(wv, av, acc[r]);
-        }
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
-    }
-    out
-}
-
-#[inline(always)]
-unsafe fn f16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm512_setzero_ps(); R];
-    let n16 = n / 16 * 16;
-    let mut i = 0;
-    while i < n16 {
-        let av = _mm512_cvtph_ps(ld256(a.add(2 * i)));
-        for r in 0..R {
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(ld256(w.add(r * ws + 2 * i))), av, acc[r]);
-        }
-        i += 16;
-    }
-    let tail = (n - n16) as u32;
-    if tail > 0 {
-        let m: __mmask16 = ((1u32 << tail) - 1) as u16;
-        let av = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, a.add(2 * i) as *const i16));
-        for r in 0..R {
-            let wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w.add(r * ws + 2 * i) as *const i16));
-            acc[r] = _mm512_fmadd_ps(wv, av, acc[r]);
-        }
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
-    }
-    out
-}
-
-/// BF16 rows with `vdpbf16ps` (pairs of bf16 products accumulated in f32).
-#[inline(always)]
-unsafe fn bf16_rows512_dp<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm512_setzero_ps(); R];
-    let n32 = n / 32 * 32;
-    let mut i = 0;
-    while i < n32 {
-        let av: __m512bh = std::mem::transmute(_mm512_loadu_si512(a.add(2 * i) as *const _));
-        for r in 0..R {
-            let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(w.add(r * ws + 2 * i) as *const _));
-            acc[r] = _mm512_dpbf16_ps(acc[r], wv, av);
-        }
-        i += 32;
-    }
-    let tail = (n - n32) as u32;
-    if tail > 0 {
-        let m: __mmask32 = ((1u64 << tail) - 1) as u32;
-        let av: __m512bh = std::mem::transmute(_mm512_maskz_loadu_epi16(m, a.add(2 * i) as *const i16));
-        for r in 0..R {
-            let wv: __m512bh =
-                std::mem::transmute(_mm512_maskz_loadu_epi16(m, w.add(r * ws + 2 * i) as *const i16));
-            acc[r] = _mm512_dpbf16_ps(acc[r], wv, av);
-        }
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
-    }
-    out
-}
-
-#[inline(always)]
 unsafe fn bf16x16(p: *const u8) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld256(p)), 16))
 }
 
-#[inline(always)]
-unsafe fn bf16_rows512<const R: usize>(n: usize, w: *const u8, ws: usize, a: *const u8) -> [f32; R] {
-    let mut acc = [_mm512_setzero_ps(); R];
-    let n16 = n / 16 * 16;
-    let mut i = 0;
-    while i < n16 {
-        let av = bf16x16(a.add(2 * i));
-        for r in 0..R {
-            acc[r] = _mm512_fmadd_ps(bf16x16(w.add(r * ws + 2 * i)), av, acc[r]);
-        }
-        i += 16;
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
-        for k in n16..n {
-            out[r] += ld_bf16(w.add(r * ws + 2 * k)) * ld_bf16(a.add(2 * k));
-        }
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Float rows in batches: tiles of rows x tokens.
-
-/// A float weight type's steps as one of the row kernels above takes them: [`float_tile`] runs
-/// each row and token through the same chain of multiply-adds, so a batch gives decode's bits.
+/// A float weight type's steps: [`float_tile`] runs each row and token through its chain of
+/// multiply-adds, whatever the tile's size, so a batch gives decode's bits.
 trait FloatSteps {
     /// A row and token's sum.
     type Acc: Copy;
@@ -965,19 +782,19 @@ macro_rules! acc256 {
     };
 }
 
-/// F32 weights, `f32_rows512`.
+/// F32 weights, 16 lanes.
 struct F32x16;
-/// F16 weights, `f16_rows512`.
+/// F16 weights, 16 lanes.
 struct F16x16;
-/// BF16 weights on AVX-512 CPUs without BF16 instructions, `bf16_rows512`.
+/// BF16 weights on AVX-512 CPUs without BF16 instructions, 16 lanes.
 struct Bf16x16;
-/// BF16 weights with `vdpbf16ps`, `bf16_rows512_dp`.
+/// BF16 weights with `vdpbf16ps` (pairs of products accumulated in f32), 16 lanes.
 struct Bf16Dp;
-/// F32 weights, `f32_rows256`.
+/// F32 weights, 8 lanes.
 struct F32x8;
-/// F16 weights, `f16_rows256`.
+/// F16 weights, 8 lanes.
 struct F16x8;
-/// BF16 weights, `bf16_rows256`.
+/// BF16 weights, 8 lanes.
 struct Bf16x8;
 
 impl FloatSteps for F32x16 {
@@ -1141,6 +958,20 @@ unsafe fn float_tile<F: FloatSteps, const R: usize, const T: usize>(
     }
 }
 
+/// `R` rows (from `w`, `ws` bytes apart) against one token's activations `a`: decode's row
+/// kernel for float weights, a tile of one token.
+#[inline(always)]
+unsafe fn float_rows<F: FloatSteps, const R: usize>(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+) -> [f32; R] {
+    let mut out = [0f32; R];
+    float_tile::<F, R, 1>(n, w, ws, a, 0, out.as_mut_ptr(), 0);
+    out
+}
+
 /// Weight bytes a batch works through at a time: they stay in L2 while every tile of tokens
 /// reads them.
 const FLOAT_BLOCK_BYTES: usize = 256 * 1024;
@@ -1187,8 +1018,8 @@ unsafe fn float_batch<F: FloatSteps, const R: usize, const T: usize>(
 }
 
 /// [`float_batch`] for float weight types (F32, F16, BF16) in tiles of `$tokens` tokens: the
-/// batch counterpart of the row driver of the same features (`$f32`, `$f16`, `$bf16` its row
-/// kernels' steps). 512-bit: 4 rows x 6 tokens of sums, 4 rows' weights and a token's
+/// batch counterpart of the row driver of the same features, with the same steps (`$f32`,
+/// `$f16`, `$bf16`). 512-bit: 4 rows x 6 tokens of sums, 4 rows' weights and a token's
 /// activations fill 29 of the 32 registers (3 x 8 and 6 x 4 were no faster); 256-bit: 3 x 4, 3
 /// and 1 fill all 16 (4 x 2 was 3% slower on the 1.1B F16 file's prompt).
 macro_rules! float_batch_driver {
@@ -1279,15 +1110,15 @@ unsafe fn q5k_rows<D: IDot, const R: usize>(nb: usize, w: *const u8, ws: usize, 
 }
 
 macro_rules! rows_driver {
-    ($name:ident, $feat:literal, $d:ty, $f32:ident, $f16:ident, $bf16:ident) => {
+    ($name:ident, $feat:literal, $d:ty, $f32:ty, $f16:ty, $bf16:ty) => {
         /// `out[r] = w_r · a` for the `out.len()` rows starting at `w` (stride `ws` bytes).
         #[target_feature(enable = $feat)]
         pub unsafe fn $name(ty: GgmlType, n: usize, w: *const u8, ws: usize, a: *const u8, out: &mut [f32]) {
             use GgmlType as T;
             match ty {
-                T::F32 => run_rows!(out, w, ws, a, $f32(n)),
-                T::F16 => run_rows!(out, w, ws, a, $f16(n)),
-                T::BF16 => run_rows!(out, w, ws, a, $bf16(n)),
+                T::F32 => run_rows!(out, w, ws, a, float_rows::<$f32>(n)),
+                T::F16 => run_rows!(out, w, ws, a, float_rows::<$f16>(n)),
+                T::BF16 => run_rows!(out, w, ws, a, float_rows::<$bf16>(n)),
                 T::Q4_0 => run_rows!(out, w, ws, a, q32_rows::<Q4_0, $d>(n / 32)),
                 T::Q4_1 => run_rows!(out, w, ws, a, q32_rows::<Q4_1, $d>(n / 32)),
                 T::Q5_0 => run_rows!(out, w, ws, a, q32_rows::<Q5_0, $d>(n / 32)),
@@ -1306,29 +1137,22 @@ macro_rules! rows_driver {
     };
 }
 
-rows_driver!(
-    dot_rows_avx2,
-    "avx2,fma,f16c",
-    Avx2,
-    f32_rows256,
-    f16_rows256,
-    bf16_rows256
-);
+rows_driver!(dot_rows_avx2, "avx2,fma,f16c", Avx2, F32x8, F16x8, Bf16x8);
 rows_driver!(
     dot_rows_avx512,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni",
     Vnni,
-    f32_rows512,
-    f16_rows512,
-    bf16_rows512
+    F32x16,
+    F16x16,
+    Bf16x16
 );
 rows_driver!(
     dot_rows_avx512bf16,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16",
     Vnni,
-    f32_rows512,
-    f16_rows512,
-    bf16_rows512_dp
+    F32x16,
+    F16x16,
+    Bf16Dp
 );
 
 // ---------------------------------------------------------------------------------------------
