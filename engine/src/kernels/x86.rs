@@ -1744,27 +1744,83 @@ pub(super) struct PkArgs<'a> {
 const PREFETCH_BYTES: usize = 4096;
 
 /// Prefetches the `bytes` bytes at `p + PREFETCH_BYTES` (tiles further down the stream: a
-/// group's tiles are contiguous, and so are the groups of a chunk) into L2 when the kernel runs
-/// one token (decode). A decode pass unpacks and dots between its loads, and the hardware
+/// group's tiles are contiguous, and so are the groups of a chunk) into a cache when the kernel
+/// runs one token (decode). A decode pass unpacks and dots between its loads, and the hardware
 /// prefetcher alone then keeps too few reads in flight: asking for the lines ahead overlaps
 /// memory with compute. Prefetches never fault, so running past the matrix is harmless; they
 /// change no arithmetic, so decode keeps the batch kernels' bits.
 ///
-/// Into L2 (T1), not L1 (T0): a T0 prefetch holds one of the few L1 miss buffers until its line
-/// arrives, and those then bound the reads a core has in flight; L2 keeps more misses going, and
-/// the loads later find their lines there. On the Zen 4 host (2 threads, `BEST=1 PACKED=1
-/// kernel_bench 2 stream`, alternated, runs whose probe read its usual 32-36 GB/s), T0 here plus
-/// T1 8 KiB further on (before) -> T1 here alone: Q4_0 26.9-27.1 -> 30.4-30.6 GB/s, Q4_K
-/// 27.3-28.6 -> 28.4-30.6, Q6_K 29.2-32.0 -> 32.4, Q8_0 27.2-29.5 -> 30.2-33.4; one thread
-/// Q4_0 18.2-19.6 -> 20.7-22.6, Q6_K 19.0-20.2 -> 23.4-24.5. T1 at 2 KiB was slower for Q6_K
-/// (25.6 GB/s), at 6 KiB no better than 4 KiB.
+/// Into L2 (T1), not L1 (T0), except on AMD Zen 5 and later ([`prefetch_into_l1`]): a T0
+/// prefetch holds one of the few L1 miss buffers until its line arrives, and those then bound the
+/// reads a core has in flight; L2 keeps more misses going, and the loads later find their lines
+/// there. On the Zen 4 host (2 threads, `BEST=1 PACKED=1 kernel_bench 2 stream`, alternated, runs
+/// whose probe read its usual 32-36 GB/s), T0 here plus T1 8 KiB further on (before) -> T1 here
+/// alone: Q4_0 26.9-27.1 -> 30.4-30.6 GB/s, Q4_K 27.3-28.6 -> 28.4-30.6, Q6_K 29.2-32.0 -> 32.4,
+/// Q8_0 27.2-29.5 -> 30.2-33.4; one thread Q4_0 18.2-19.6 -> 20.7-22.6, Q6_K 19.0-20.2 ->
+/// 23.4-24.5. T1 at 2 KiB was slower for Q6_K (25.6 GB/s), at 6 KiB no better than 4 KiB.
 #[inline(always)]
 unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     let q = p.wrapping_add(PREFETCH_BYTES);
+    let l1 = prefetch_into_l1();
     let mut off = 0;
     while off < bytes {
-        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(off) as *const i8);
+        let line = q.wrapping_add(off) as *const i8;
+        if l1 {
+            _mm_prefetch::<_MM_HINT_T0>(line);
+        } else {
+            _mm_prefetch::<_MM_HINT_T1>(line);
+        }
         off += 64;
+    }
+}
+
+/// Whether [`prefetch_ahead`] asks for L1 (T0): on AMD Zen 5 (family 1Ah) and later. There
+/// the same decode streams ran faster with T0 (2026-12-05, 2-vCPU EPYC family 1Ah model 2,
+/// `BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, alternated, GB/s against the `membw` probe
+/// beside each run): one thread T1 -> T0, Q4_0 28-29 -> 31-32 of 41-44, Q4_K 33-34 -> 35-38 of
+/// 40-44, Q6_K 32-34 -> 34 of 41-42; two threads Q4_0 37 -> 39-40 of 47-53, Q4_K 40-41 -> 42-43,
+/// Q6_K 41-43 -> 43-45 of 47-53. The whole 1.1B models' tg64, 5 alternated pairs: Q4_0
+/// +2.5..+7.7%, Q4_K_M +9..+11% in 3 pairs, Q6_K +0.5..+11%; the pairs where the VM's
+/// bandwidth changed state between the two runs went either way. Intel and older AMD keep T1
+/// (measured there, above).
+#[inline(always)]
+fn prefetch_into_l1() -> bool {
+    static L1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *L1.get_or_init(|| {
+        let (leaf0, leaf1) = (__cpuid(0), __cpuid(1));
+        let mut vendor = [0u8; 12];
+        for (i, r) in [leaf0.ebx, leaf0.edx, leaf0.ecx].into_iter().enumerate() {
+            vendor[4 * i..4 * i + 4].copy_from_slice(&r.to_le_bytes());
+        }
+        zen5_or_later(&vendor, leaf1.eax)
+    })
+}
+
+/// Whether cpuid's vendor string and leaf 1 `eax` (version) name an AMD CPU of family 1Ah (Zen
+/// 5) or later: the family is the base family plus the extended family when the base is 0Fh.
+fn zen5_or_later(vendor: &[u8; 12], version: u32) -> bool {
+    let base = (version >> 8) & 0xf;
+    let family = if base == 0xf {
+        base + ((version >> 20) & 0xff)
+    } else {
+        base
+    };
+    vendor == b"AuthenticAMD" && family >= 0x1a
+}
+
+#[cfg(test)]
+mod prefetch_tests {
+    use super::zen5_or_later;
+
+    #[test]
+    fn decode_prefetches_into_l1_on_zen5_and_later_only() {
+        // cpuid(1).eax of a Zen 5 EPYC (family 1Ah model 02h), a Zen 4 (19h, 11h), an Intel
+        // Sapphire Rapids (family 6 model 8Fh) and a made-up later AMD family (1Bh).
+        assert!(zen5_or_later(b"AuthenticAMD", 0x00b0_0f21));
+        assert!(zen5_or_later(b"AuthenticAMD", 0x00c0_0f00));
+        assert!(!zen5_or_later(b"AuthenticAMD", 0x00a1_0f11));
+        assert!(!zen5_or_later(b"GenuineIntel", 0x0008_06f8));
+        assert!(!zen5_or_later(b"GenuineIntel", 0x00b0_0f21));
     }
 }
 
