@@ -250,6 +250,21 @@ fn rows_per_chunk(n_out: usize, threads: usize) -> usize {
     target.div_ceil(16).max(1) * 16
 }
 
+/// Whether a one-token step reads its packed groups one at a time rather than in pairs: on AMD
+/// Zen 5 and later, where one stream per thread outran two interleaved ones (2026-12-05, 2-vCPU
+/// EPYC family 1Ah model 2). Decode's matrices out of cache (`BEST=1 PACKED=1 HUGE=1
+/// kernel_bench 2 stream`, 2 alternated rounds, GB/s), pairs -> one group: one thread Q4_0
+/// 29-33 -> 37-39, Q4_K 32-34 -> 35-37, Q6_K 33 -> 36-37, Q8_0 34-36 -> 37-39 (probe 38-44); the
+/// AVX2 tier on two threads Q4_0 37-41 -> 46-47, Q4_K 40-44 -> 45-46, Q6_K 41 -> 46-51. The whole
+/// 1.1B models, tg64, 3 alternated pairs: Q4_0 61.6/63.6/65.6 -> 71.1/74.8/77.7 t/s, Q4_K_M
+/// 57.3/61.4/61.4 -> 68.8/71.8/72.6, Q6_K 43.9/45.0/46.4 -> 52.6/52.2/55.2. At three tokens a
+/// step pairs were as fast or faster (Q4_K one thread 34-36 against 30-32), so they keep them.
+/// Each group's sums are the same either way: no bits change.
+#[cfg(target_arch = "x86_64")]
+fn one_group_decode() -> bool {
+    super::x86::is_zen5_or_later()
+}
+
 /// Rows per work chunk of a decode step: chunks only cost an atomic increment and a kernel call
 /// each (a thread's chunks are contiguous, see [`ThreadPool::for_each_chunk_in_shares`]), and the
 /// smaller they are, the less one thread waits for the other's last chunk at the step's end; whole
@@ -440,8 +455,9 @@ unsafe fn packed_groups(
             let act = amx.then(|| super::x86::amx::pack_act(&args, tokens.clone()));
             let mut g = groups.start;
             while g < groups.end {
-                // Two groups at a time where the kernel shares activation loads between them.
-                let pair = g + 2 <= groups.end;
+                // Two groups at a time where the kernel shares activation loads between them
+                // (except one token on Zen 5: [`one_group_decode`]).
+                let pair = g + 2 <= groups.end && !(n_tokens == 1 && one_group_decode());
                 let group = w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr();
                 let o = out.add(g * PANEL_ROWS);
                 if let Some(act) = act {

@@ -1785,8 +1785,16 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// (measured there, above).
 #[inline(always)]
 fn prefetch_into_l1() -> bool {
-    static L1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *L1.get_or_init(|| {
+    is_zen5_or_later()
+}
+
+/// Whether this CPU is an AMD Zen 5 (family 1Ah) or later, whose decode streams want other
+/// settings than the Intel and Zen 4 machines the kernels were first tuned on
+/// ([`prefetch_into_l1`], `kernels::matmul`'s one-group decode). Read once from cpuid.
+#[inline(always)]
+pub(super) fn is_zen5_or_later() -> bool {
+    static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ZEN5.get_or_init(|| {
         let (leaf0, leaf1) = (__cpuid(0), __cpuid(1));
         let mut vendor = [0u8; 12];
         for (i, r) in [leaf0.ebx, leaf0.edx, leaf0.ecx].into_iter().enumerate() {
