@@ -1781,8 +1781,10 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// 40-44, Q6_K 32-34 -> 34 of 41-42; two threads Q4_0 37 -> 39-40 of 47-53, Q4_K 40-41 -> 42-43,
 /// Q6_K 41-43 -> 43-45 of 47-53. The whole 1.1B models' tg64, 5 alternated pairs: Q4_0
 /// +2.5..+7.7%, Q4_K_M +9..+11% in 3 pairs, Q6_K +0.5..+11%; the pairs where the VM's
-/// bandwidth changed state between the two runs went either way. Intel and older AMD keep T1
-/// (measured there, above).
+/// bandwidth changed state between the two runs went either way. With one group per decode
+/// pass there (`kernels::matmul`'s one-group decode), T0 against T1, 3 alternated rounds, one
+/// thread: Q4_0 33-39 against 36-39, Q4_K 35 against 32-34, Q6_K 33-35 against 32-33, so T0
+/// stayed. Intel and older AMD keep T1 (measured there, above).
 #[inline(always)]
 fn prefetch_into_l1() -> bool {
     is_zen5_or_later()
