@@ -251,7 +251,7 @@ fn rows_per_chunk(n_out: usize, threads: usize) -> usize {
 }
 
 /// Whether a one-token step reads its packed groups one at a time rather than in pairs: on AMD
-/// Zen 5 and later, where one stream per thread outran two interleaved ones (2026-12-05, 2-vCPU
+/// Zen 5 and later, where one stream per thread outran two interleaved ones (2026-12-06, 2-vCPU
 /// EPYC family 1Ah model 2). Decode's matrices out of cache (`BEST=1 PACKED=1 HUGE=1
 /// kernel_bench 2 stream`, 2 alternated rounds, GB/s), pairs -> one group: one thread Q4_0
 /// 29-33 -> 37-39, Q4_K 32-34 -> 35-37, Q6_K 33 -> 36-37, Q8_0 34-36 -> 37-39 (probe 38-44); the

@@ -1819,11 +1819,11 @@ fn zen5_or_later(vendor: &[u8; 12], version: u32) -> bool {
 }
 
 #[cfg(test)]
-mod prefetch_tests {
+mod cpu_tests {
     use super::zen5_or_later;
 
     #[test]
-    fn decode_prefetches_into_l1_on_zen5_and_later_only() {
+    fn zen5_and_later_are_told_apart_by_vendor_and_family() {
         // cpuid(1).eax of a Zen 5 EPYC (family 1Ah model 02h), a Zen 4 (19h, 11h), an Intel
         // Sapphire Rapids (family 6 model 8Fh) and a made-up later AMD family (1Bh).
         assert!(zen5_or_later(b"AuthenticAMD", 0x00b0_0f21));
