@@ -2057,6 +2057,92 @@ unsafe fn packed_tile512<T: Pk512, const C: usize>(
     }
 }
 
+/// Two groups (`group` and `group + gstride`, rows to `out` and `out + 16`) against `C` tokens
+/// from `t0`: [`packed_tile512`]'s integer and float steps per row and token, in its order (the
+/// same bits), with each activation broadcast feeding both groups' `vpdpbusd`s.
+#[inline(always)]
+unsafe fn packed_pair_tile512<T: Pk512, const C: usize>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let n_sub = g.side.n_sub;
+    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let mut accf = [[_mm512_setzero_ps(); C]; 2];
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let mut w = [[_mm512_setzero_si512(); 8]; 2];
+    for tile in 0..g.n_tiles {
+        let tp = [group.add(tile * T::TILE), group.add(gstride + tile * T::TILE)];
+        let st = [T::state(tp[0]), T::state(tp[1])];
+        for j in 0..T::SUBS {
+            let js = tile * T::SUBS + j;
+            T::steps(tp[0], j, &mut w[0]);
+            T::steps(tp[1], j, &mut w[1]);
+            let mut init = [_mm512_setzero_si512(); C];
+            if T::OFF != 0 {
+                for (c, init) in init.iter_mut().enumerate() {
+                    *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
+                }
+            }
+            let mut acci = [init; 2];
+            let qo = *qoff.add(js) as usize;
+            for k in 0..T::SUB / 4 {
+                for c in 0..C {
+                    let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
+                    for r in 0..2 {
+                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r][k], a);
+                    }
+                }
+            }
+            for r in 0..2 {
+                let s = T::scale(&st[r], j);
+                let m = T::min(tp[r]);
+                for c in 0..C {
+                    let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
+                    accf[r][c] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), _mm512_mul_ps(s, d), accf[r][c]);
+                    if T::MIN {
+                        let x = _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js));
+                        accf[r][c] = _mm512_fmadd_ps(m, x, accf[r][c]);
+                    }
+                }
+            }
+        }
+    }
+    for (r, accf) in accf.iter().enumerate() {
+        for (c, acc) in accf.iter().enumerate() {
+            _mm512_storeu_ps(out.add((t0 + c) * os + 16 * r), *acc);
+        }
+    }
+}
+
+/// Two groups against a batch in tiles of 4 tokens ([`packed_pair_tile512`]), the last few
+/// tokens through the decode kernel. For the types whose steps come from a few loads (Q4_0's
+/// nibbles, Q5_0's): their 16 step registers, 8 sums and 8 accumulators still fit. Against two
+/// passes of one group and 8-token tiles (2026-12-06, Zen 5, `BEST=1 PACKED=1 kernel_bench 1
+/// gemm 512 TYPE`, alternated, GMAC/s): Q4_0 344-355 -> 394-397, Q5_0 319-325 -> 352. Q8_0's
+/// steps are 8 loads each and spilled: 318-324 -> 277-283, so it keeps the single groups.
+#[inline(always)]
+unsafe fn packed_pair_body512<T: Pk512>(
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    let mut t = tokens.start;
+    while t + 4 <= tokens.end {
+        packed_pair_tile512::<T, 4>(g, group, gstride, t, out, os);
+        t += 4;
+    }
+    few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 2, C>(g, group, gstride, t, out, os));
+}
+
 #[inline(always)]
 unsafe fn packed_body512<T: Pk512>(
     g: &PkArgs,
@@ -2924,6 +3010,8 @@ pub(super) unsafe fn packed_pair_avx512(
         _ if tokens.len() < UNPACK_MIN_TOKENS => {
             few_at_a_time!(tokens, t => pair_decode::<C>(ty, g, group, gstride, t, out, os))
         }
+        GgmlType::Q4_0 => packed_pair_body512::<PkQ4_0>(g, group, gstride, tokens, out, os),
+        GgmlType::Q5_0 => packed_pair_body512::<PkQ5_0>(g, group, gstride, tokens, out, os),
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
