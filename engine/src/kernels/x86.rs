@@ -2007,61 +2007,12 @@ unsafe fn packed_decode512<T: Pk512, const R: usize, const C: usize>(
     }
 }
 
+/// `R` groups (group `r` at `group + r * gstride`, its rows to `out + 16 r`) against `C` tokens
+/// from `t0`, each activation broadcast feeding every group's `vpdpbusd`. A row and token get
+/// the same integer and float steps in the same order whatever `R` and `C` are, and the decode
+/// kernel ([`packed_decode512`]) gives them the same bits.
 #[inline(always)]
-unsafe fn packed_tile512<T: Pk512, const C: usize>(
-    g: &PkArgs,
-    group: *const u8,
-    t0: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    let n_sub = g.side.n_sub;
-    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
-    let qoff = g.side.qoff.as_ptr();
-    let mut accf = [_mm512_setzero_ps(); C];
-    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    let mut w = [_mm512_setzero_si512(); 8];
-    for tile in 0..g.n_tiles {
-        let tp = group.add(tile * T::TILE);
-        let st = T::state(tp);
-        for j in 0..T::SUBS {
-            let js = tile * T::SUBS + j;
-            T::steps(tp, j, &mut w);
-            let mut acci = [_mm512_setzero_si512(); C];
-            if T::OFF != 0 {
-                for c in 0..C {
-                    acci[c] = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
-                }
-            }
-            let qo = *qoff.add(js) as usize;
-            for k in 0..T::SUB / 4 {
-                for c in 0..C {
-                    let a = (arow[c].add(qo + 4 * k) as *const i32).read_unaligned();
-                    acci[c] = _mm512_dpbusd_epi32(acci[c], w[k], _mm512_set1_epi32(a));
-                }
-            }
-            let s = T::scale(&st, j);
-            let m = T::min(tp);
-            for c in 0..C {
-                let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + js));
-                accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[c]), _mm512_mul_ps(s, d), accf[c]);
-                if T::MIN {
-                    let x = _mm512_set1_ps(*sm.add((t0 + c) * n_sub + js));
-                    accf[c] = _mm512_fmadd_ps(m, x, accf[c]);
-                }
-            }
-        }
-    }
-    for c in 0..C {
-        _mm512_storeu_ps(out.add((t0 + c) * os), accf[c]);
-    }
-}
-
-/// Two groups (`group` and `group + gstride`, rows to `out` and `out + 16`) against `C` tokens
-/// from `t0`: [`packed_tile512`]'s integer and float steps per row and token, in its order (the
-/// same bits), with each activation broadcast feeding both groups' `vpdpbusd`s.
-#[inline(always)]
-unsafe fn packed_pair_tile512<T: Pk512, const C: usize>(
+unsafe fn packed_tile512<T: Pk512, const R: usize, const C: usize>(
     g: &PkArgs,
     group: *const u8,
     gstride: usize,
@@ -2072,33 +2023,39 @@ unsafe fn packed_pair_tile512<T: Pk512, const C: usize>(
     let n_sub = g.side.n_sub;
     let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
-    let mut accf = [[_mm512_setzero_ps(); C]; 2];
+    let mut accf = [[_mm512_setzero_ps(); C]; R];
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
-    let mut w = [[_mm512_setzero_si512(); 8]; 2];
+    let mut w = [[_mm512_setzero_si512(); 8]; R];
     for tile in 0..g.n_tiles {
-        let tp = [group.add(tile * T::TILE), group.add(gstride + tile * T::TILE)];
-        let st = [T::state(tp[0]), T::state(tp[1])];
+        // Plain loops, not `array::from_fn` with intrinsics: a closure's body would not get
+        // this function's target features.
+        let tp: [*const u8; R] = std::array::from_fn(|r| group.add(r * gstride + tile * T::TILE));
+        let mut st = [T::state(tp[0]); R];
+        for r in 1..R {
+            st[r] = T::state(tp[r]);
+        }
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
-            T::steps(tp[0], j, &mut w[0]);
-            T::steps(tp[1], j, &mut w[1]);
+            for r in 0..R {
+                T::steps(tp[r], j, &mut w[r]);
+            }
             let mut init = [_mm512_setzero_si512(); C];
             if T::OFF != 0 {
                 for (c, init) in init.iter_mut().enumerate() {
                     *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
                 }
             }
-            let mut acci = [init; 2];
+            let mut acci = [init; R];
             let qo = *qoff.add(js) as usize;
             for k in 0..T::SUB / 4 {
                 for c in 0..C {
                     let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
-                    for r in 0..2 {
+                    for r in 0..R {
                         acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r][k], a);
                     }
                 }
             }
-            for r in 0..2 {
+            for r in 0..R {
                 let s = T::scale(&st[r], j);
                 let m = T::min(tp[r]);
                 for c in 0..C {
@@ -2120,7 +2077,7 @@ unsafe fn packed_pair_tile512<T: Pk512, const C: usize>(
     }
 }
 
-/// Two groups against a batch in tiles of 4 tokens ([`packed_pair_tile512`]), the last few
+/// Two groups against a batch in tiles of 4 tokens ([`packed_tile512`]), the last few
 /// tokens through the decode kernel. For the types whose steps come from a few loads (Q4_0's
 /// nibbles, Q5_0's): their 16 step registers, 8 sums and 8 accumulators still fit. Against two
 /// passes of one group and 8-token tiles (2026-12-06, Zen 5, `BEST=1 PACKED=1 kernel_bench 1
@@ -2137,7 +2094,7 @@ unsafe fn packed_pair_body512<T: Pk512>(
 ) {
     let mut t = tokens.start;
     while t + 4 <= tokens.end {
-        packed_pair_tile512::<T, 4>(g, group, gstride, t, out, os);
+        packed_tile512::<T, 2, 4>(g, group, gstride, t, out, os);
         t += 4;
     }
     few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 2, C>(g, group, gstride, t, out, os));
@@ -2153,7 +2110,7 @@ unsafe fn packed_body512<T: Pk512>(
 ) {
     let mut t = tokens.start;
     while t + 8 <= tokens.end {
-        packed_tile512::<T, 8>(g, group, t, out, os);
+        packed_tile512::<T, 1, 8>(g, group, 0, t, out, os);
         t += 8;
     }
     few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 1, C>(g, group, 0, t, out, os));
