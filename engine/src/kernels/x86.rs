@@ -2077,14 +2077,12 @@ unsafe fn packed_tile512<T: Pk512, const R: usize, const C: usize>(
     }
 }
 
-/// Two groups against a batch in tiles of 4 tokens ([`packed_tile512`]), the last few
-/// tokens through the decode kernel. For the types whose steps come from a few loads (Q4_0's
-/// nibbles, Q5_0's): their 16 step registers, 8 sums and 8 accumulators still fit. Against two
-/// passes of one group and 8-token tiles (2026-12-06, Zen 5, `BEST=1 PACKED=1 kernel_bench 1
-/// gemm 512 TYPE`, alternated, GMAC/s): Q4_0 344-355 -> 394-397, Q5_0 319-325 -> 352. Q8_0's
-/// steps are 8 loads each and spilled: 318-324 -> 277-283, so it keeps the single groups.
+/// `R` groups (group `r` at `group + r * gstride`) against a batch: tiles of `N` tokens
+/// ([`packed_tile512`]), the last few tokens through the decode kernel. One group takes tiles of
+/// 8; two groups (Q4_0, Q5_0: see [`packed_pair_avx512`]) tiles of 4, whose 16 step
+/// registers, 8 sums and 8 accumulators still fit.
 #[inline(always)]
-unsafe fn packed_pair_body512<T: Pk512>(
+unsafe fn packed_body512<T: Pk512, const R: usize, const N: usize>(
     g: &PkArgs,
     group: *const u8,
     gstride: usize,
@@ -2093,27 +2091,11 @@ unsafe fn packed_pair_body512<T: Pk512>(
     os: usize,
 ) {
     let mut t = tokens.start;
-    while t + 4 <= tokens.end {
-        packed_tile512::<T, 2, 4>(g, group, gstride, t, out, os);
-        t += 4;
+    while t + N <= tokens.end {
+        packed_tile512::<T, R, N>(g, group, gstride, t, out, os);
+        t += N;
     }
-    few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 2, C>(g, group, gstride, t, out, os));
-}
-
-#[inline(always)]
-unsafe fn packed_body512<T: Pk512>(
-    g: &PkArgs,
-    group: *const u8,
-    tokens: std::ops::Range<usize>,
-    out: *mut f32,
-    os: usize,
-) {
-    let mut t = tokens.start;
-    while t + 8 <= tokens.end {
-        packed_tile512::<T, 1, 8>(g, group, 0, t, out, os);
-        t += 8;
-    }
-    few_at_a_time!(t..tokens.end, t => packed_decode512::<T, 1, C>(g, group, 0, t, out, os));
+    few_at_a_time!(t..tokens.end, t => packed_decode512::<T, R, C>(g, group, gstride, t, out, os));
 }
 
 /// The 16 rows of one packed group against tokens `tokens`: `out[t * os + r]`, `r < 16`
@@ -2129,12 +2111,12 @@ pub(super) unsafe fn packed_avx512(
     os: usize,
 ) {
     match ty {
-        GgmlType::Q8_0 => packed_body512::<PkQ8_0>(g, group, tokens, out, os),
-        GgmlType::Q4_0 => packed_body512::<PkQ4_0>(g, group, tokens, out, os),
-        GgmlType::Q4_1 => packed_body512::<PkQ4_1>(g, group, tokens, out, os),
-        GgmlType::Q5_0 => packed_body512::<PkQ5_0>(g, group, tokens, out, os),
-        GgmlType::Q5_1 => packed_body512::<PkQ5_1>(g, group, tokens, out, os),
-        GgmlType::IQ4_NL => packed_body512::<PkIq4Nl>(g, group, tokens, out, os),
+        GgmlType::Q8_0 => packed_body512::<PkQ8_0, 1, 8>(g, group, 0, tokens, out, os),
+        GgmlType::Q4_0 => packed_body512::<PkQ4_0, 1, 8>(g, group, 0, tokens, out, os),
+        GgmlType::Q4_1 => packed_body512::<PkQ4_1, 1, 8>(g, group, 0, tokens, out, os),
+        GgmlType::Q5_0 => packed_body512::<PkQ5_0, 1, 8>(g, group, 0, tokens, out, os),
+        GgmlType::Q5_1 => packed_body512::<PkQ5_1, 1, 8>(g, group, 0, tokens, out, os),
+        GgmlType::IQ4_NL => packed_body512::<PkIq4Nl, 1, 8>(g, group, 0, tokens, out, os),
         GgmlType::Q2_K => sb_body::<PkQ2K>(g, group, tokens, out, os),
         GgmlType::Q3_K => sb_body::<PkQ3K>(g, group, tokens, out, os),
         GgmlType::Q4_K => sb_body::<PkQ4K>(g, group, tokens, out, os),
@@ -2967,8 +2949,13 @@ pub(super) unsafe fn packed_pair_avx512(
         _ if tokens.len() < UNPACK_MIN_TOKENS => {
             few_at_a_time!(tokens, t => pair_decode::<C>(ty, g, group, gstride, t, out, os))
         }
-        GgmlType::Q4_0 => packed_pair_body512::<PkQ4_0>(g, group, gstride, tokens, out, os),
-        GgmlType::Q5_0 => packed_pair_body512::<PkQ5_0>(g, group, gstride, tokens, out, os),
+        // Two groups per tile for the types whose steps come from a few loads. Against two
+        // passes of one group and 8-token tiles (2026-12-06, Zen 5, `BEST=1 PACKED=1
+        // kernel_bench 1 gemm 512 TYPE`, alternated, GMAC/s): Q4_0 344-355 -> 394-397, Q5_0
+        // 319-325 -> 352. Q8_0's steps are 8 loads each and spilled: 318-324 -> 277-283, so it
+        // keeps the single groups.
+        GgmlType::Q4_0 => packed_body512::<PkQ4_0, 2, 4>(g, group, gstride, tokens, out, os),
+        GgmlType::Q5_0 => packed_body512::<PkQ5_0, 2, 4>(g, group, gstride, tokens, out, os),
         _ => {
             packed_avx512(ty, g, group, gstride, tokens.clone(), out, os);
             packed_avx512(ty, g, group.add(gstride), gstride, tokens, out.add(16), os);
