@@ -265,6 +265,14 @@ fn one_group_decode() -> bool {
     super::x86::is_zen5_or_later()
 }
 
+/// 16-row groups per work chunk of a batch: [`rows_per_chunk`]'s, rounded up to whole pairs, so
+/// the x86 kernels that take two groups at a time (`packed_pair_avx512`) take every
+/// group in a pair. A 256-row K or V projection of a 1.1B model on two threads had one-group
+/// chunks, run singly: 2.7% of its Q6_K pp512 time (`perf`), at a pair's share of the work.
+fn packed_groups_per_chunk(packed_rows: usize, threads: usize) -> usize {
+    (rows_per_chunk(packed_rows, threads) / PANEL_ROWS).next_multiple_of(2)
+}
+
 /// Rows per work chunk of a decode step: chunks only cost an atomic increment and a kernel call
 /// each (a thread's chunks are contiguous, see [`ThreadPool::for_each_chunk_in_shares`]), and the
 /// smaller they are, the less one thread waits for the other's last chunk at the step's end; whole
@@ -409,7 +417,7 @@ fn packed(
 ) {
     let n_groups = w.packed_rows / PANEL_ROWS;
     let dst = Out(out.as_mut_ptr());
-    let chunk = rows_per_chunk(w.packed_rows, pool.n_threads()) / PANEL_ROWS;
+    let chunk = packed_groups_per_chunk(w.packed_rows, pool.n_threads());
     pool.for_each_chunk(n_groups, chunk, |groups| {
         // SAFETY: `matmul_many` checked the product; rows of these groups are this thread's.
         unsafe { packed_groups(isa, w, groups, xq, side, n_tokens, dst.ptr()) };
@@ -555,6 +563,18 @@ mod tests {
 
     /// Packed matrices (16-row groups plus a row-major tail) against the reference dots, with
     /// token counts that use every column tile (8, 4, 1) and super-block counts that are odd.
+    #[test]
+    fn batch_chunks_are_whole_pairs_of_groups() {
+        // K/V of a 1.1B model, its Q/O, FFN and output rows, on 1..4 threads.
+        for rows in [256, 2048, 5632, 32000, 16, 48] {
+            for threads in 1..=4 {
+                let chunk = packed_groups_per_chunk(rows, threads);
+                assert!(chunk >= 2 && chunk.is_multiple_of(2), "{rows} rows, {threads} threads: {chunk}");
+            }
+        }
+        assert_eq!(packed_groups_per_chunk(256, 2), 2);
+    }
+
     #[test]
     fn packed_matmul_matches_reference() {
         use crate::kernels::packed;
