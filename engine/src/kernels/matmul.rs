@@ -569,7 +569,10 @@ mod tests {
         for rows in [256, 2048, 5632, 32000, 16, 48] {
             for threads in 1..=4 {
                 let chunk = packed_groups_per_chunk(rows, threads);
-                assert!(chunk >= 2 && chunk.is_multiple_of(2), "{rows} rows, {threads} threads: {chunk}");
+                assert!(
+                    chunk >= 2 && chunk.is_multiple_of(2),
+                    "{rows} rows, {threads} threads: {chunk}"
+                );
             }
         }
         assert_eq!(packed_groups_per_chunk(256, 2), 2);
