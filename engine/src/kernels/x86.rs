@@ -1741,9 +1741,31 @@ pub(super) struct PkArgs<'a> {
 /// (`PACKED=1 kernel_bench 2 gemv`, 2 threads, busy machine) against 0 / 1024 / 2048 / 4096 /
 /// 8192 bytes: Q4_0 4.0-4.3 / 6.3 / 4.7-5.1 / 6.3 / 5.5 GB/s, Q6_K 3.8-4.3 / 5.2 / 5.2 / 6.2 /
 /// 5.2 GB/s; 4096 was best or tied for every type.
-const PREFETCH_BYTES: usize = 4096;
+///
+/// 8 KiB on AMD Zen 5 and later, whose T0 prefetches ([`prefetch_into_l1`]) need the longer
+/// lead once memory reads fast: the 2-vCPU EPYC VM (family 1Ah) flips between a ~50 and a
+/// ~80 GB/s state of the `membw` probe, and 4 KiB, tuned in the slow one, fell behind in the
+/// fast one (`BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, 2026-12-06, alternated, GB/s,
+/// probe 79-86): two threads 4 -> 8 KiB, Q4_0 70-72 -> 73-76, Q4_K 62-66 -> 70-73, Q6_K 64-67
+/// -> 70-76, Q8_0 73-75 -> 72-76; one thread Q4_K 34-36 -> 37-38, Q6_K 32-35 -> 39; 12 and 16
+/// KiB were slower than 8. In the slow state (probe 42-50) the two were level: two threads, as
+/// a share of the probe beside each run, Q4_0 0.99-1.04 -> 0.96-1.01, Q4_K 0.99-1.03 ->
+/// 0.98-1.01, Q6_K 1.00-1.06 -> 0.99-1.03; one thread Q4_K 34-36 -> 34-40 GB/s, Q6_K 34-36 ->
+/// 37-40. Whole models' tg64 in the fast state, 2 alternated rounds (t/s): 1.1B Q4_0
+/// 106.8/106.5 -> 115.3/111.0, Q4_K_M 93.4/96.5 -> 106.8/105.8, Q6_K 71.9/74.2 -> 80.0/81.5;
+/// tg128 Gemma 3 270M 230.1/239.6 -> 266.4/258.6, Qwen2.5-Coder 0.5B 153.2/161.6 ->
+/// 158.0/166.6; in the slow state level (Q4_0 72.5 -> 73.6, Q4_K_M 71.9 -> 68.9, Q6_K 53.4 ->
+/// 56.2, Q8_0 40.7 -> 44.7).
+#[inline(always)]
+fn prefetch_distance() -> usize {
+    if is_zen5_or_later() {
+        8192
+    } else {
+        4096
+    }
+}
 
-/// Prefetches the `bytes` bytes at `p + PREFETCH_BYTES` (tiles further down the stream: a
+/// Prefetches the `bytes` bytes [`prefetch_distance`] past `p` (tiles further down the stream: a
 /// group's tiles are contiguous, and so are the groups of a chunk) into a cache when the kernel
 /// runs one token (decode). A decode pass unpacks and dots between its loads, and the hardware
 /// prefetcher alone then keeps too few reads in flight: asking for the lines ahead overlaps
@@ -1760,7 +1782,7 @@ const PREFETCH_BYTES: usize = 4096;
 /// 23.4-24.5. T1 at 2 KiB was slower for Q6_K (25.6 GB/s), at 6 KiB no better than 4 KiB.
 #[inline(always)]
 unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
-    let q = p.wrapping_add(PREFETCH_BYTES);
+    let q = p.wrapping_add(prefetch_distance());
     let l1 = prefetch_into_l1();
     let mut off = 0;
     while off < bytes {
@@ -1858,14 +1880,14 @@ struct Groups {
 
 /// Where stream `p` (at offset `at` of its group) prefetches from: a decode kernel reads `R`
 /// groups side by side and the next call of the chunk goes on with the `R` groups after them,
-/// so once [`PREFETCH_BYTES`] reaches past a group's end the stream's next lines are `R` groups
+/// so once [`prefetch_distance`] reaches past a group's end the stream's next lines are `R` groups
 /// on, not in the next group (which another stream of this call has been reading all along).
 /// Without this, every pair's second group started cold: one thread out of cache
 /// (`CPU_TIME=1 PACKED=1 THREADS=1 kernel_bench 1 stream`, 16 runs alternated with the old code
 /// on a busy machine), median time ratio Q6_K 0.90, Q4_0 0.95, Q8_0 0.96, Q4_K 1.00.
 #[inline(always)]
 fn next_stream<const R: usize>(p: *const u8, at: usize, groups: Groups) -> *const u8 {
-    if R > 1 && at + PREFETCH_BYTES >= groups.bytes {
+    if R > 1 && at + prefetch_distance() >= groups.bytes {
         p.wrapping_add((R - 1) * groups.stride)
     } else {
         p
