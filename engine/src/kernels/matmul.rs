@@ -266,9 +266,9 @@ fn one_group_decode() -> bool {
 }
 
 /// 16-row groups per work chunk of a batch: [`rows_per_chunk`]'s, rounded up to whole pairs, so
-/// the x86 kernels that take two groups at a time (`packed_pair_avx512`) take every
-/// group in a pair. A 256-row K or V projection of a 1.1B model on two threads had one-group
-/// chunks, run singly: 2.7% of its Q6_K pp512 time (`perf`), at a pair's share of the work.
+/// that the x86 kernels that take two groups at a time (`packed_pair_avx512`) take every group
+/// in a pair. A 256-row K or V projection of a 1.1B model on two threads had one-group chunks,
+/// run singly: 2.7% of its Q6_K pp512 time (`perf`).
 fn packed_groups_per_chunk(packed_rows: usize, threads: usize) -> usize {
     (rows_per_chunk(packed_rows, threads) / PANEL_ROWS).next_multiple_of(2)
 }
@@ -561,8 +561,6 @@ mod tests {
         }
     }
 
-    /// Packed matrices (16-row groups plus a row-major tail) against the reference dots, with
-    /// token counts that use every column tile (8, 4, 1) and super-block counts that are odd.
     #[test]
     fn batch_chunks_are_whole_pairs_of_groups() {
         // K/V of a 1.1B model, its Q/O, FFN and output rows, on 1..4 threads.
@@ -578,6 +576,8 @@ mod tests {
         assert_eq!(packed_groups_per_chunk(256, 2), 2);
     }
 
+    /// Packed matrices (16-row groups plus a row-major tail) against the reference dots, with
+    /// token counts that use every column tile (8, 4, 1) and super-block counts that are odd.
     #[test]
     fn packed_matmul_matches_reference() {
         use crate::kernels::packed;
