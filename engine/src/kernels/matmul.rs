@@ -458,14 +458,15 @@ unsafe fn packed_groups(
         let group_bytes = PANEL_ROWS * w.row_bytes;
         // The AMX tier's Q6_K kernel reads each block's activations from its own copy.
         let amx = isa == Isa::Amx && w.ty == crate::quant::GgmlType::Q6_K;
+        // Two groups at a time where the kernel shares activation loads between them (except
+        // one token on Zen 5: [`one_group_decode`]); decided once per call, not per group.
+        let pairs = !(n_tokens == 1 && one_group_decode());
         for t0 in (0..n_tokens).step_by(PACKED_TOKEN_BLOCK) {
             let tokens = t0..n_tokens.min(t0 + PACKED_TOKEN_BLOCK);
             let act = amx.then(|| super::x86::amx::pack_act(&args, tokens.clone()));
             let mut g = groups.start;
             while g < groups.end {
-                // Two groups at a time where the kernel shares activation loads between them
-                // (except one token on Zen 5: [`one_group_decode`]).
-                let pair = g + 2 <= groups.end && !(n_tokens == 1 && one_group_decode());
+                let pair = pairs && g + 2 <= groups.end;
                 let group = w.data[g * group_bytes..(g + 1) * group_bytes].as_ptr();
                 let o = out.add(g * PANEL_ROWS);
                 if let Some(act) = act {
