@@ -259,8 +259,10 @@ fn activation_side_sums_are_the_quant_sums() {
         (GgmlType::Q6_K, 32),
         (GgmlType::Q4_K, 0),
         (GgmlType::Q3_K, 0),
+        (GgmlType::Q2_K, 0),
         (GgmlType::Q4_0, 8),
         (GgmlType::Q4_1, 0),
+        (GgmlType::Q8_0, 0),
     ] {
         let at = vec_dot_type(ty);
         let n = 512;
@@ -282,13 +284,23 @@ fn activation_side_sums_are_the_quant_sums() {
                     -off * sum,
                     "{ty} token {t} sub-block {j}"
                 );
-                if at == GgmlType::Q8_K && !side.msum.is_empty() {
-                    let d = side.d[t * side.n_sub + j];
-                    assert_eq!(
-                        side.msum[t * side.n_sub + j],
-                        -(d * sum as f32),
-                        "{ty} token {t} sub-block {j}"
-                    );
+                // The block's scale (and Q8_1's stored `d · Σa`) as the act type lays it out.
+                let le16 = |o: usize| f16::from_le_bytes([row[o], row[o + 1]]).to_f32();
+                let (d, m) = match at {
+                    GgmlType::Q8_K => {
+                        let o = j * sub / 256 * 292;
+                        let d = f32::from_le_bytes([row[o], row[o + 1], row[o + 2], row[o + 3]]);
+                        (d, -(d * sum as f32))
+                    }
+                    GgmlType::Q8_1 => (le16(j * 36), le16(j * 36 + 2)),
+                    _ => (le16(j * 34), 0.0),
+                };
+                assert_eq!(side.d[t * side.n_sub + j], d, "{ty} token {t} sub-block {j}");
+                if !side.msum.is_empty() {
+                    assert_eq!(side.msum[t * side.n_sub + j], m, "{ty} token {t} sub-block {j}");
+                }
+                if !side.sum.is_empty() {
+                    assert_eq!(side.sum[t * side.n_sub + j], sum, "{ty} token {t} sub-block {j}");
                 }
             }
         }
