@@ -196,6 +196,7 @@ pub fn quantize_act(isa: Isa, ty: GgmlType, x: &[f32], out: &mut [u8]) {
                 match ty {
                     Q8_0 => x86::quantize_q8_0(x, out),
                     Q8_1 => x86::quantize_q8_1(x, out),
+                    Q8_K if matches!(isa, Isa::Avx512 | Isa::Amx) => x86::quantize_q8_k_avx512(x, out),
                     Q8_K => x86::quantize_q8_k(x, out),
                     _ => x86::quantize_f16(x, out),
                 }

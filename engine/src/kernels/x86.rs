@@ -1273,6 +1273,87 @@ pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// [`quantize_q8_k`] on 16-lane vectors: the block's signed maximum and minimum taken with its
+/// magnitude, so only a block holding both `+amax` and `-amax` looks for the first of them;
+/// the 16 sums of 16 quants added in one transposing tree (46 instructions) rather than one
+/// horizontal sum each. The same bytes (`quantize_act_matches_reference`).
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/DQ; `out` holds `x.len() / 256` Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")]
+pub unsafe fn quantize_q8_k_avx512(x: &[f32], out: &mut [u8]) {
+    for (x, y) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let xp = x.as_ptr();
+        let (mut m, mut hi, mut lo) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+        for k in 0..16 {
+            let v = _mm512_loadu_ps(xp.add(16 * k));
+            m = _mm512_max_ps(m, _mm512_abs_ps(v));
+            hi = _mm512_max_ps(hi, v);
+            lo = _mm512_min_ps(lo, v);
+        }
+        let amax = _mm512_reduce_max_ps(m);
+        if amax == 0.0 {
+            y.fill(0);
+            continue;
+        }
+        // The reference keeps the first element of largest magnitude, with its sign.
+        let (top, bottom) = (_mm512_reduce_max_ps(hi), _mm512_reduce_min_ps(lo));
+        let max = if top != amax {
+            bottom
+        } else if -bottom != amax {
+            top
+        } else {
+            let va = _mm512_set1_ps(amax);
+            let mut first = top;
+            for k in 0..16 {
+                let eq = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(_mm512_loadu_ps(xp.add(16 * k))), va);
+                if eq != 0 {
+                    first = x[16 * k + eq.trailing_zeros() as usize];
+                    break;
+                }
+            }
+            first
+        };
+        let iscale = -127.0 / max;
+        let vs = _mm512_set1_ps(iscale);
+        let top = _mm512_set1_epi32(127);
+        let yq = y.as_mut_ptr().add(4);
+        let mut q = [_mm512_setzero_si512(); 16];
+        for (k, qk) in q.iter_mut().enumerate() {
+            // cvtps rounds to nearest even, as the reference's magic-number rounding.
+            *qk = _mm512_min_epi32(
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xp.add(16 * k)), vs)),
+                top,
+            );
+            _mm_storeu_si128(yq.add(16 * k) as *mut __m128i, _mm512_cvtepi32_epi8(*qk));
+        }
+        // Sums of the 16 vectors: pairs interleaved within 128-bit lanes, then quads, then
+        // the four lanes folded, leaving sum `j` in lane `j`.
+        let mut t = [_mm512_setzero_si512(); 8];
+        for (i, t) in t.iter_mut().enumerate() {
+            let (a, b) = (q[2 * i], q[2 * i + 1]);
+            *t = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+        }
+        let mut u = [_mm512_setzero_si512(); 4];
+        for (i, u) in u.iter_mut().enumerate() {
+            let (c, d) = (t[2 * i], t[2 * i + 1]);
+            *u = _mm512_add_epi32(_mm512_unpacklo_epi64(c, d), _mm512_unpackhi_epi64(c, d));
+        }
+        let fold = |e: __m512i, f: __m512i| {
+            _mm512_add_epi32(
+                _mm512_shuffle_i32x4::<0b10_00_10_00>(e, f),
+                _mm512_shuffle_i32x4::<0b11_01_11_01>(e, f),
+            )
+        };
+        let sums = fold(fold(u[0], u[1]), fold(u[2], u[3]));
+        _mm256_storeu_si256(
+            y.as_mut_ptr().add(260) as *mut __m256i,
+            _mm512_cvtepi32_epi16(sums),
+        );
+        y[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
     let n8 = x.len() / 8 * 8;
