@@ -459,14 +459,11 @@ pub fn act_side(
                             // One block of 32 quants per sub-block: d (f16), Q8_1's stored
                             // `d · Σa` (f16), the quants.
                             debug_assert_eq!(e.sub, 32);
-                            let (bytes, head) = if act_ty == GgmlType::Q8_0 {
-                                (34, 2)
-                            } else {
-                                (36, 4)
-                            };
+                            let q8_1 = act_ty == GgmlType::Q8_1;
+                            let (bytes, head) = if q8_1 { (36, 4) } else { (34, 2) };
                             for (j, blk) in row.chunks_exact(bytes).enumerate() {
                                 let sum = i8_sum32(&blk[head..head + 32]);
-                                let mj = if head == 4 { f16(blk, 2) } else { 0.0 };
+                                let mj = if q8_1 { f16(blk, 2) } else { 0.0 };
                                 put(j, f16(blk, 0), sum, mj);
                             }
                         }

@@ -1316,15 +1316,13 @@ pub unsafe fn quantize_q8_k_avx512(x: &[f32], out: &mut [u8]) {
         };
         let iscale = -127.0 / max;
         let vs = _mm512_set1_ps(iscale);
-        let top = _mm512_set1_epi32(127);
+        let q_max = _mm512_set1_epi32(127);
         let yq = y.as_mut_ptr().add(4);
         let mut q = [_mm512_setzero_si512(); 16];
         for (k, qk) in q.iter_mut().enumerate() {
             // cvtps rounds to nearest even, as the reference's magic-number rounding.
-            *qk = _mm512_min_epi32(
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xp.add(16 * k)), vs)),
-                top,
-            );
+            let v = _mm512_mul_ps(_mm512_loadu_ps(xp.add(16 * k)), vs);
+            *qk = _mm512_min_epi32(_mm512_cvtps_epi32(v), q_max);
             _mm_storeu_si128(yq.add(16 * k) as *mut __m128i, _mm512_cvtepi32_epi8(*qk));
         }
         // Sums of the 16 vectors: pairs interleaved within 128-bit lanes, then quads, then
