@@ -1276,7 +1276,8 @@ pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
 /// [`quantize_q8_k`] on 16-lane vectors: the block's signed maximum and minimum taken with its
 /// magnitude, so only a block holding both `+amax` and `-amax` looks for the first of them;
 /// the 16 sums of 16 quants added in one transposing tree (46 instructions) rather than one
-/// horizontal sum each. The same bytes (`quantize_act_matches_reference`).
+/// horizontal sum each. The same bytes
+/// (`activation_quantization_is_the_reference_on_every_tier`).
 ///
 /// # Safety
 /// The CPU has AVX-512 F/BW/VL/DQ; `out` holds `x.len() / 256` Q8_K blocks.
@@ -1337,12 +1338,14 @@ pub unsafe fn quantize_q8_k_avx512(x: &[f32], out: &mut [u8]) {
             let (c, d) = (t[2 * i], t[2 * i + 1]);
             *u = _mm512_add_epi32(_mm512_unpacklo_epi64(c, d), _mm512_unpackhi_epi64(c, d));
         }
-        let fold = |e: __m512i, f: __m512i| {
+        // A nested fn, not a closure: it must get this function's target features inlined.
+        #[inline(always)]
+        unsafe fn fold(e: __m512i, f: __m512i) -> __m512i {
             _mm512_add_epi32(
                 _mm512_shuffle_i32x4::<0b10_00_10_00>(e, f),
                 _mm512_shuffle_i32x4::<0b11_01_11_01>(e, f),
             )
-        };
+        }
         let sums = fold(fold(u[0], u[1]), fold(u[2], u[3]));
         _mm256_storeu_si256(
             y.as_mut_ptr().add(260) as *mut __m256i,
