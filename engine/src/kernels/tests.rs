@@ -337,9 +337,10 @@ fn transposes_match_the_definition() {
 }
 
 /// The attention kernels' lane-wise steps and the f16 row conversion, every tier against the
-/// scalar code, bit for bit: with 8 query lanes (which AVX-512 runs on 8-lane vectors), 16 and
-/// 48, cell counts around the 8- and 4-cell score tiles, rows of odd lengths; the weighted sums
-/// of value rows with zero (skipped) and NaN weights.
+/// scalar code, bit for bit: with 8 query lanes (which AVX-512 runs two cells to a vector or on
+/// 8-lane vectors), 16 and 48, cell counts around the 8- and 4-cell score tiles and the 16- and
+/// 32-cell groups, odd ones, rows of odd lengths; weights with and without the f16 rounding; the
+/// weighted sums of value rows with zero (skipped) and NaN weights.
 #[test]
 fn attention_kernels_match_the_scalar_code_bitwise() {
     let mut rng = Rng::new(31);
@@ -378,10 +379,11 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             );
         }
     }
-    for nq in [1, 2, 3, 4, 6, 8, 9, 16, 40] {
+    for nq in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 40] {
         let nqp = attn::padded_queries(nq);
         assert!(nqp >= nq && nqp.is_multiple_of(8));
-        // Cells past whole groups of 16 and 32 (AVX-512's cells in lanes for a few queries).
+        // Cells past whole groups of 16 and 32 (AVX-512's cells in lanes for a few queries, and
+        // its cell pairs for up to 8).
         for (dk, nc) in [(64, 1), (40, 7), (64, 8), (80, 13), (256, 21), (64, 64), (32, 51)] {
             // Padding queries are zero, as the attention step makes them.
             let qt: Vec<f32> = (0..dk * nqp)
@@ -395,11 +397,14 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                 attn::block_max(isa, &s, nqp, nc, &mut m);
                 let mut w = s.clone();
                 attn::weights(isa, &mut w, nqp, nc, &m, &mut l, true);
-                [s, m, l, w]
+                // And without the f16 rounding (a cache of another type), from these sums on.
+                let mut w32 = s.clone();
+                attn::weights(isa, &mut w32, nqp, nc, &m, &mut l, false);
+                [s, m, l, w, w32]
             };
             let want = run(Isa::Scalar);
             for isa in Isa::supported() {
-                for (what, (got, want)) in ["scores", "max", "sum", "weights"]
+                for (what, (got, want)) in ["scores", "max", "sums", "weights", "f32 weights"]
                     .iter()
                     .zip(run(isa).iter().zip(&want))
                 {
