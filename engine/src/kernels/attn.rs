@@ -76,7 +76,8 @@ pub fn scores(isa: Isa, qt: &[f32], nqp: usize, nq: usize, k: &[f32], dk: usize,
     }
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx512 | Isa::Amx) && nqp == LANES / 2 && dk.is_multiple_of(16) {
-        // SAFETY: as above.
+        // SAFETY: the tier is the active one (supported), the kernel's 8 query lanes and `dk` a
+        // multiple of 16 are the condition here, and the sizes are checked above.
         let done = unsafe { x86::scores_cell_pairs(qt.as_ptr(), k.as_ptr(), dk, nc, s.as_mut_ptr()) };
         let (k, s) = (&k[done * dk..], &mut s[done * nqp..]);
         return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, s);
