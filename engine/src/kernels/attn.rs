@@ -11,8 +11,8 @@
 //!
 //! Layouts: `qt[d * nqp + i]` is value `d` of query `i` (transposed, `nqp` from
 //! [`padded_queries`], padding queries zero); `k[c * dk + d]` / `v[c * dvp + e]` the f32 key /
-//! value rows of the block's cells (`dvp` a multiple of [`LANES`]); `s[c * nqp + i]` the scores
-//! or weights.
+//! value rows of the block's cells (`dvp` a multiple of [`LANES`]; keys may come two cells
+//! interleaved instead, [`pair_rows`]); `s[c * nqp + i]` the scores or weights.
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -49,7 +49,9 @@ fn lane_tier(isa: Isa, nqp: usize) -> Isa {
 const CELL_LANES_MAX_QUERIES: usize = 4;
 
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
-/// `d` order from 0). Queries `nq..nqp` are padding, zero in `qt`: their scores are 0.
+/// `d` order from 0). Queries `nq..nqp` are padding, zero in `qt`: their scores are 0. With
+/// `paired` (only where [`pairs_layout`] holds) the keys of the first [`paired_cells`] cells are
+/// in [`pair_rows`]' layout, the rest in rows.
 ///
 /// With queries in lanes, a decode step's few queries (Gemma 3 splits its 4 heads of one KV
 /// head over two threads) leave most of every vector's lanes padding; with at most
@@ -58,29 +60,46 @@ const CELL_LANES_MAX_QUERIES: usize = 4;
 /// interleaved), with the same chain of multiply-adds per score. Single-thread decode attention
 /// at 4096 cells (`attn_bench`, F16 cache, 5 alternated pairs), two cells per vector for scores
 /// and weights against 8-lane AVX2 vectors: Qwen2.5 0.5B's 14/2 heads 5.15 -> 4.40 ms per
-/// token, TinyLlama's 32/4 8.95 -> 8.0.
+/// token, TinyLlama's 32/4 8.95 -> 8.0. An F16 cache's keys come paired from their conversion
+/// ([`f16_key_pairs`]), which saves the kernel loading, interleaving and storing each key again:
+/// Qwen2.5 0.5B 4.53 / 4.43 / 4.54 -> 3.71 / 3.86 / 3.90 ms, TinyLlama 8.10 / 8.24 / 8.14 ->
+/// 7.01 / 7.26 / 7.05 (median of 20, alternated runs).
 #[allow(clippy::too_many_arguments)]
-pub fn scores(isa: Isa, qt: &[f32], nqp: usize, nq: usize, k: &[f32], dk: usize, nc: usize, s: &mut [f32]) {
+pub fn scores(
+    isa: Isa,
+    qt: &[f32],
+    nqp: usize,
+    nq: usize,
+    k: &[f32],
+    dk: usize,
+    nc: usize,
+    paired: bool,
+    s: &mut [f32],
+) {
     assert!(
         nqp.is_multiple_of(LANES / 2) && nq <= nqp && s.len() >= nc * nqp,
         "attn: score block layout"
     );
     assert!(qt.len() >= dk * nqp && k.len() >= nc * dk, "attn: scores sizes");
+    assert!(
+        !paired || pairs_layout(isa, nq, nqp, dk),
+        "attn: paired keys on {isa}"
+    );
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx512 | Isa::Amx) && nq <= CELL_LANES_MAX_QUERIES && dk.is_multiple_of(16) {
         // SAFETY: the tier is the active one (supported), and the sizes are checked above.
         let done =
             unsafe { x86::scores_cell_lanes(qt.as_ptr(), nqp, nq, k.as_ptr(), dk, nc, s.as_mut_ptr()) };
         let (k, s) = (&k[done * dk..], &mut s[done * nqp..]);
-        return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, s);
+        return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, false, s);
     }
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Amx) && nqp == LANES / 2 && dk.is_multiple_of(16) {
-        // SAFETY: the tier is the active one (supported), the kernel's 8 query lanes and `dk` a
-        // multiple of 16 are the condition here, and the sizes are checked above.
-        let done = unsafe { x86::scores_cell_pairs(qt.as_ptr(), k.as_ptr(), dk, nc, s.as_mut_ptr()) };
+    if pairs_layout(isa, nq, nqp, dk) {
+        // SAFETY: `pairs_layout` holds (AVX-512, the active tier; 8 query lanes; `dk` a multiple
+        // of 16), and the sizes are checked above.
+        let done = unsafe { x86::scores_cell_pairs(qt.as_ptr(), k.as_ptr(), dk, nc, paired, s.as_mut_ptr()) };
         let (k, s) = (&k[done * dk..], &mut s[done * nqp..]);
-        return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, s);
+        return scores(Isa::Avx2, qt, nqp, nq, k, dk, nc - done, false, s);
     }
     match lane_tier(isa, nqp) {
         // SAFETY: the tier is supported (the active one, or AVX2 under AVX-512), and the sizes
@@ -221,6 +240,65 @@ impl AccLayout {
             e * self.nqp + i
         } else {
             i * self.dvp + e
+        }
+    }
+}
+
+/// Whether [`scores`] takes a block's keys paired ([`pair_rows`]' layout for its whole groups of
+/// 16 cells): the AVX-512 tier's layout for 5 to 8 queries (8 query lanes, two cells to a vector),
+/// for `dk` a multiple of 16.
+pub fn pairs_layout(isa: Isa, nq: usize, nqp: usize, dk: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return matches!(isa, Isa::Avx512 | Isa::Amx)
+        && nq > CELL_LANES_MAX_QUERIES
+        && nqp == LANES / 2
+        && dk.is_multiple_of(16);
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}
+
+/// The cells of a block of `nc` whose keys are paired (the whole groups of 16).
+pub fn paired_cells(nc: usize) -> usize {
+    nc / 16 * 16
+}
+
+/// Rows of `dk` values two by two with each pair interleaved: cell `2p`'s value `d` at
+/// `dst[2p * dk + 2d]`, cell `2p + 1`'s next to it (the reference for [`f16_key_pairs`]).
+pub fn pair_rows(src: &[f32], dk: usize, dst: &mut [f32]) {
+    assert!(
+        src.len() == dst.len() && src.len().is_multiple_of(2 * dk),
+        "attn: pair sizes"
+    );
+    for (s, d) in src.chunks_exact(2 * dk).zip(dst.chunks_exact_mut(2 * dk)) {
+        for e in 0..dk {
+            d[2 * e] = s[e];
+            d[2 * e + 1] = s[dk + e];
+        }
+    }
+}
+
+/// Key rows of f16 values (`dk` each, an even number of them) converted to f32 and paired as
+/// [`pair_rows`] pairs them (exact on every tier).
+pub fn f16_key_pairs(isa: Isa, src: &[u8], dk: usize, dst: &mut [f32]) {
+    assert!(
+        src.len() == 2 * dst.len() && dst.len().is_multiple_of(2 * dk),
+        "attn: f16 pair sizes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Amx) && dk.is_multiple_of(16) {
+        // SAFETY: the tier is the active one (supported), `dk` a multiple of 16 and the sizes
+        // are checked above.
+        unsafe { x86::f16_key_pairs_avx512(src.as_ptr(), dk, dst.len() / (2 * dk), dst.as_mut_ptr()) };
+        return;
+    }
+    for (s, d) in src.chunks_exact(4 * dk).zip(dst.chunks_exact_mut(2 * dk)) {
+        let mut rows = [0f32; 2];
+        for e in 0..dk {
+            for (r, v) in rows.iter_mut().enumerate() {
+                let at = 2 * (r * dk + e);
+                *v = half::f16::from_le_bytes([s[at], s[at + 1]]).to_f32();
+            }
+            d[2 * e..2 * e + 2].copy_from_slice(&rows);
         }
     }
 }
@@ -774,6 +852,17 @@ mod x86 {
 
     #[derive(Clone, Copy)]
     struct V512(__m512);
+
+    /// `permutex2var` indices interleaving two rows' first 8 values (then, [`pair_hi`], their
+    /// last 8): lane `2i` from the first row, `2i + 1` from the second.
+    #[inline(always)]
+    unsafe fn pair_lo() -> __m512i {
+        _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0)
+    }
+    #[inline(always)]
+    unsafe fn pair_hi() -> __m512i {
+        _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8)
+    }
     #[derive(Clone, Copy)]
     struct V256(__m256);
 
@@ -1092,28 +1181,42 @@ mod x86 {
     }
 
     /// Scores of `2 * P` cells from `c` for 8 query lanes, two cells per vector: lane `2i` is
-    /// query `i` with cell `c + 2p`, lane `2i + 1` the same query with cell `c + 2p + 1`. Per
-    /// 16 dimensions, each pair's two key rows are interleaved into `pairs`, from where one
-    /// 64-bit broadcast gives both cells' values of a dimension against the queries doubled.
+    /// query `i` with cell `c + 2p`, lane `2i + 1` the same query with cell `c + 2p + 1`. One
+    /// 64-bit broadcast gives both cells' values of a dimension against the queries doubled:
+    /// from keys already paired (`PAIRED`, [`super::pair_rows`]' layout), or from key rows whose
+    /// pairs are interleaved 16 dimensions at a time into `pairs` here.
     #[inline(always)]
-    unsafe fn scores_pairs<const P: usize>(qt: *const f32, k: *const f32, dk: usize, c: usize, s: *mut f32) {
+    unsafe fn scores_pairs<const P: usize, const PAIRED: bool>(
+        qt: *const f32,
+        k: *const f32,
+        dk: usize,
+        c: usize,
+        s: *mut f32,
+    ) {
         let doubled = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-        let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-        let hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
         let mut acc = [_mm512_setzero_ps(); P];
+        let mut pairs = [[_mm512_setzero_ps(); 2]; P];
         for d0 in (0..dk).step_by(16) {
-            let pairs: [[__m512; 2]; P] = std::array::from_fn(|p| {
-                let a = _mm512_loadu_ps(k.add((c + 2 * p) * dk + d0));
-                let b = _mm512_loadu_ps(k.add((c + 2 * p + 1) * dk + d0));
-                [_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b)]
-            });
-            // Dimension d0 + e of pair p: the 64 bits at `(p * 16 + e) * 8` bytes.
-            let both = pairs.as_ptr() as *const i64;
+            // Dimension d0 + e of pair p: the 64 bits at float `base + p * stride + 2e`.
+            let (base, stride) = if PAIRED {
+                (k.add(c * dk + 2 * d0), 2 * dk)
+            } else {
+                for (p, pair) in pairs.iter_mut().enumerate() {
+                    let a = _mm512_loadu_ps(k.add((c + 2 * p) * dk + d0));
+                    let b = _mm512_loadu_ps(k.add((c + 2 * p + 1) * dk + d0));
+                    *pair = [
+                        _mm512_permutex2var_ps(a, pair_lo(), b),
+                        _mm512_permutex2var_ps(a, pair_hi(), b),
+                    ];
+                }
+                (pairs.as_ptr() as *const f32, 32)
+            };
             for e in 0..16 {
                 let q = _mm512_castps256_ps512(_mm256_loadu_ps(qt.add((d0 + e) * 8)));
                 let q = _mm512_permutexvar_ps(doubled, q);
                 for (p, acc) in acc.iter_mut().enumerate() {
-                    let kk = _mm512_castsi512_ps(_mm512_set1_epi64(both.add(p * 16 + e).read()));
+                    let both = base.add(p * stride + 2 * e) as *const i64;
+                    let kk = _mm512_castsi512_ps(_mm512_set1_epi64(both.read_unaligned()));
                     *acc = _mm512_fmadd_ps(q, kk, *acc);
                 }
             }
@@ -1127,26 +1230,52 @@ mod x86 {
     }
 
     /// The cells of whole groups of 16 of [`super::scores`] for 8 query lanes (`nqp == 8`)
-    /// with two cells per vector, for `dk` a multiple of 16; returns how many cells it did. Per
-    /// score the same multiply-adds in the same order as the scalar code.
+    /// with two cells per vector, for `dk` a multiple of 16, from keys paired or in rows
+    /// (`paired`); returns how many cells it did. Per score the same multiply-adds in the same
+    /// order as the scalar code.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn scores_cell_pairs(
         qt: *const f32,
         k: *const f32,
         dk: usize,
         nc: usize,
+        paired: bool,
         s: *mut f32,
     ) -> usize {
-        let mut c = 0;
-        while c + 32 <= nc {
-            scores_pairs::<16>(qt, k, dk, c, s);
-            c += 32;
+        macro_rules! go {
+            ($paired:literal) => {{
+                let mut c = 0;
+                while c + 32 <= nc {
+                    scores_pairs::<16, $paired>(qt, k, dk, c, s);
+                    c += 32;
+                }
+                while c + 16 <= nc {
+                    scores_pairs::<8, $paired>(qt, k, dk, c, s);
+                    c += 16;
+                }
+                c
+            }};
         }
-        while c + 16 <= nc {
-            scores_pairs::<8>(qt, k, dk, c, s);
-            c += 16;
+        if paired {
+            go!(true)
+        } else {
+            go!(false)
         }
-        c
+    }
+
+    /// [`super::f16_key_pairs`] for `n_pairs` pairs, `dk` a multiple of 16.
+    #[target_feature(enable = "avx512f,f16c")]
+    pub unsafe fn f16_key_pairs_avx512(src: *const u8, dk: usize, n_pairs: usize, dst: *mut f32) {
+        for p in 0..n_pairs {
+            let (a, b) = (src.add(4 * p * dk), src.add((4 * p + 2) * dk));
+            let out = dst.add(2 * p * dk);
+            for d0 in (0..dk).step_by(16) {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(a.add(2 * d0) as *const __m256i));
+                let y = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(2 * d0) as *const __m256i));
+                _mm512_storeu_ps(out.add(2 * d0), _mm512_permutex2var_ps(x, pair_lo(), y));
+                _mm512_storeu_ps(out.add(2 * d0 + 16), _mm512_permutex2var_ps(x, pair_hi(), y));
+            }
+        }
     }
 
     #[target_feature(enable = "avx512f")]

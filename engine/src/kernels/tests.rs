@@ -359,6 +359,24 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             );
         }
     }
+    // Key rows converted and paired in one pass: the same as converting, then pairing.
+    for (dk, rows) in [(16, 2), (64, 32), (80, 6), (40, 4), (256, 2)] {
+        let src: Vec<u8> = (0..dk * rows)
+            .flat_map(|_| f16::from_f32(rng.f32() * 8.0 - 4.0).to_bits().to_le_bytes())
+            .collect();
+        let mut f = vec![0f32; dk * rows];
+        attn::f16_row(Isa::Scalar, &src, &mut f);
+        let mut want = vec![0f32; dk * rows];
+        attn::pair_rows(&f, dk, &mut want);
+        for isa in Isa::supported() {
+            let mut got = vec![f32::NAN; dk * rows];
+            attn::f16_key_pairs(isa, &src, dk, &mut got);
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa} f16 key pairs: dk {dk} rows {rows}"
+            );
+        }
+    }
     for blocks in [1, 2, 5] {
         // Random scales (finite f16, some tiny) and every quant value.
         let src: Vec<u8> = (0..blocks)
@@ -390,9 +408,22 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                 .map(|x| if x % nqp < nq { rng.f32() * 2.0 - 1.0 } else { 0.0 })
                 .collect();
             let k: Vec<f32> = (0..nc * dk).map(|_| rng.f32()).collect();
+            // The same keys with their whole groups of 16 cells paired, as the tiers that take
+            // them so get them from an F16 cache.
+            let mut kp = k.clone();
+            let np = attn::paired_cells(nc) * dk;
+            attn::pair_rows(&k[..np], dk, &mut kp[..np]);
             let run = |isa: Isa| {
                 let mut s = vec![f32::NAN; nc * nqp];
-                attn::scores(isa, &qt, nqp, nq, &k, dk, nc, &mut s);
+                attn::scores(isa, &qt, nqp, nq, &k, dk, nc, false, &mut s);
+                if attn::pairs_layout(isa, nq, nqp, dk) {
+                    let mut sp = vec![f32::NAN; nc * nqp];
+                    attn::scores(isa, &qt, nqp, nq, &kp, dk, nc, true, &mut sp);
+                    assert!(
+                        sp.iter().zip(&s).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa} scores from paired keys: nq {nq} dk {dk} cells {nc}"
+                    );
+                }
                 let (mut m, mut l) = (vec![f32::NEG_INFINITY; nqp], vec![0.5f32; nqp]);
                 attn::block_max(isa, &s, nqp, nc, &mut m);
                 let mut w = s.clone();

@@ -107,8 +107,10 @@ fn load_rows(
     cells: Range<usize>,
     ahead_end: usize,
     (width, stride): (usize, usize),
+    paired: bool,
     out: &mut [f32],
 ) {
+    debug_assert!(!paired || (ty == GgmlType::F16 && width == stride));
     let convert = |src: &[u8], dst: &mut [f32]| match ty {
         GgmlType::F16 => k::f16_row(isa, src, dst),
         GgmlType::Q8_0 => k::q8_0_row(isa, src, dst),
@@ -120,14 +122,25 @@ fn load_rows(
     } else {
         run(data, head, n_cells, kvh, next)
     };
-    let src = run(data, head, n_cells, kvh, cells);
-    let rows = (PIECE_BYTES / head).max(1);
+    let src = run(data, head, n_cells, kvh, cells.clone());
+    // Paired rows go two by two: the pieces hold an even number.
+    let rows = (PIECE_BYTES / head)
+        .max(1)
+        .next_multiple_of(1 + usize::from(paired));
+    let n_paired = if paired { k::paired_cells(cells.len()) } else { 0 };
     for (i, piece) in src.chunks(rows * head).enumerate() {
         if let Some(a) = ahead.get(i * rows * head..) {
             k::prefetch(&a[..a.len().min(rows * head)]);
         }
         let out = &mut out[i * rows * stride..];
-        if stride == width {
+        let r0 = i * rows;
+        if r0 < n_paired {
+            // The piece's rows up to `n_paired` (an even number of them: `r0` is even).
+            let np = (n_paired - r0).min(piece.len() / head);
+            k::f16_key_pairs(isa, &piece[..np * head], width, &mut out[..np * width]);
+            let rest = &piece[np * head..];
+            convert(rest, &mut out[np * width..np * width + rest.len() / head * width]);
+        } else if stride == width {
             convert(piece, &mut out[..piece.len() / head * width]);
         } else {
             for (s, o) in piece.chunks_exact(head).zip(out.chunks_exact_mut(stride)) {
@@ -233,6 +246,7 @@ pub fn attend_head(
             c..c + 1,
             c + 1,
             (dk, dk),
+            false,
             kr,
         );
         let x = sc
@@ -266,6 +280,7 @@ pub fn attend_head(
                 c..c + 1,
                 c + 1,
                 (dv, dv),
+                false,
                 vr,
             );
             for (o, &v) in out.iter_mut().zip(vr.iter()) {
@@ -369,6 +384,9 @@ pub fn attend_tile_isa<'o>(
     let nqp = k::padded_queries(nq);
     let dvp = dv.div_ceil(LANES) * LANES;
     let round_f16 = kv.ty == GgmlType::F16;
+    // F16 keys go to the scores paired where the tier wants them so (converted and paired in
+    // one pass); other types in rows.
+    let paired = kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk);
     let sc = scratch;
 
     // The span of visible cells; every list ascending and inside the cache (checked once here).
@@ -456,10 +474,11 @@ pub fn attend_tile_isa<'o>(
             c0..c0 + nc,
             hi,
             (dk, dk),
+            paired,
             &mut sc.k,
         );
         let s = &mut sc.s[at(bi)..at(bi) + block_len];
-        k::scores(isa, &sc.qt, nqp, nq, &sc.k, dk, nc, s);
+        k::scores(isa, &sc.qt, nqp, nq, &sc.k, dk, nc, paired, s);
         // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
         // nothing reads them), then, unless every row sees all the cells, the cells a row does
         // not see masked.
@@ -514,6 +533,7 @@ pub fn attend_tile_isa<'o>(
                 c0..c0 + nc,
                 hi,
                 (dv, dvp),
+                false,
                 &mut sc.v,
             );
             let s = &sc.s[at(bi)..at(bi) + block_len];
@@ -628,6 +648,10 @@ mod tests {
             (GgmlType::F16, 80, 80, 8, 1, 0.0, &[5, 130][..]),
             (GgmlType::F16, 64, 64, 32, 4, 0.0, &[1, 200][..]),
             (GgmlType::F16, 256, 256, 4, 1, 0.0, &[3, 100][..]),
+            // Qwen2.5 0.5B's 7 query heads per KV head (keys paired on AVX-512), and 7 with
+            // longer keys than values.
+            (GgmlType::F16, 64, 64, 14, 2, 0.0, &[1, 64, 100][..]),
+            (GgmlType::F16, 128, 64, 7, 1, 0.0, &[33, 300][..]),
             (GgmlType::Q8_0, 64, 64, 4, 2, 0.0, &[1, 5, 70, 150][..]),
             (GgmlType::Q8_0, 128, 128, 7, 1, 50.0, &[90][..]),
         ];
