@@ -45,7 +45,6 @@ fn lane_tier(isa: Isa, nqp: usize) -> Isa {
 }
 
 /// Most queries a tile may have for the AVX-512 tier to put cells, not queries, in its lanes.
-#[cfg(target_arch = "x86_64")]
 const CELL_LANES_MAX_QUERIES: usize = 4;
 
 /// `s[c * nqp + i] = sum_d qt[d * nqp + i] * k[c * dk + d]` for `nc` cells (fused multiply-adds in
@@ -248,13 +247,10 @@ impl AccLayout {
 /// 16 cells): the AVX-512 tier's layout for 5 to 8 queries (8 query lanes, two cells to a vector),
 /// for `dk` a multiple of 16.
 pub fn pairs_layout(isa: Isa, nq: usize, nqp: usize, dk: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return matches!(isa, Isa::Avx512 | Isa::Amx)
+    matches!(isa, Isa::Avx512 | Isa::Amx)
         && nq > CELL_LANES_MAX_QUERIES
         && nqp == LANES / 2
-        && dk.is_multiple_of(16);
-    #[cfg(not(target_arch = "x86_64"))]
-    return false;
+        && dk.is_multiple_of(16)
 }
 
 /// The cells of a block of `nc` whose keys are paired (the whole groups of 16).
@@ -284,12 +280,14 @@ pub fn f16_key_pairs(isa: Isa, src: &[u8], dk: usize, dst: &mut [f32]) {
         src.len() == 2 * dst.len() && dst.len().is_multiple_of(2 * dk),
         "attn: f16 pair sizes"
     );
-    #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx512 | Isa::Amx) && dk.is_multiple_of(16) {
         // SAFETY: the tier is the active one (supported), `dk` a multiple of 16 and the sizes
         // are checked above.
-        unsafe { x86::f16_key_pairs_avx512(src.as_ptr(), dk, dst.len() / (2 * dk), dst.as_mut_ptr()) };
-        return;
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            x86::f16_key_pairs_avx512(src.as_ptr(), dk, dst.len() / (2 * dk), dst.as_mut_ptr());
+            return;
+        }
     }
     for (s, d) in src.chunks_exact(4 * dk).zip(dst.chunks_exact_mut(2 * dk)) {
         let mut rows = [0f32; 2];
@@ -349,6 +347,40 @@ pub fn weighted_values(
                 }
             }
         }
+    }
+}
+
+/// Whether [`weighted_values_f16`] takes f16 value rows on `isa` for `nqp` query lanes and `dv`
+/// values: AVX-512 with the sums by query (a decode step's 8 lanes), `dv` a multiple of
+/// [`LANES`].
+pub fn values_from_f16(isa: Isa, nqp: usize, dv: usize) -> bool {
+    matches!(isa, Isa::Avx512 | Isa::Amx)
+        && dv.is_multiple_of(LANES)
+        && !AccLayout::new(isa, nqp, dv).by_value
+}
+
+/// [`weighted_values`] from f16 value rows (`v`: `nc` rows of `dv` little-endian f16 values)
+/// converted as they are loaded, not into a block of f32 first (the same bits), where
+/// [`values_from_f16`] holds. A decode step's weighted values were load and store bound: the
+/// conversion stored every value row once more and the sums loaded it again.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_values_f16(
+    isa: Isa,
+    p: &[f32],
+    nqp: usize,
+    nq: usize,
+    v: &[u8],
+    dv: usize,
+    nc: usize,
+    acc: &mut [f32],
+) {
+    assert!(values_from_f16(isa, nqp, dv), "attn: f16 value rows on {isa}");
+    assert!(nq <= nqp && p.len() >= nc * nqp && v.len() >= 2 * nc * dv && acc.len() >= nqp * dv);
+    // SAFETY: the tier is the active one (`values_from_f16`: AVX-512, supported) and the sizes
+    // are checked above.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        x86::values_f16_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dv, nc, acc.as_mut_ptr())
     }
 }
 
@@ -476,6 +508,16 @@ mod lanes {
         unsafe fn exp_neg(self) -> Self;
         /// Rounded to f16 and back.
         unsafe fn round_f16(self) -> Self;
+        /// `W` f16 values (little-endian, at `p`) in f32, exactly. One at a time here; the tiers
+        /// that take f16 value rows ([`super::values_from_f16`]) convert a vector at once.
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u8) -> Self {
+            let mut x = [0f32; 16];
+            for (i, x) in x.iter_mut().take(Self::W).enumerate() {
+                *x = half::f16::from_bits((p.add(2 * i) as *const u16).read_unaligned()).to_f32();
+            }
+            Self::load(x.as_ptr())
+        }
         /// Bit `q` set where `w[q] != 0.0`, for `q < Q` (the scalar code's test: NaN counts
         /// as live).
         #[inline(always)]
@@ -611,14 +653,15 @@ mod lanes {
 
     /// Queries `i..i + Q` x values `e0..e0 + V::W * E` over the cells `live` lists (cell index
     /// in the high 16 bits, the queries' live bits in the low 16, cells ascending; `Q <= 16`):
-    /// each cell's value vectors are loaded once for the `Q` queries. Per query and value, the
+    /// each cell's value vectors are loaded once for the `Q` queries (from f32 rows, or from f16
+    /// rows with `F16`, converted as they are loaded). Per query and value, the
     /// same fused multiply-adds as the scalar code, in the same order, zero weights skipped.
     #[inline(always)]
-    unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize>(
+    unsafe fn values_tile<V: Lanes, const Q: usize, const E: usize, const F16: bool>(
         p: *const f32,
         nqp: usize,
         i: usize,
-        v: *const f32,
+        v: *const u8,
         dvp: usize,
         live: &[u32],
         acc: *mut f32,
@@ -635,7 +678,12 @@ mod lanes {
             let w = p.add(c * nqp + i);
             let mut vv = [V::zero(); E];
             for (x, vv) in vv.iter_mut().enumerate() {
-                *vv = V::load(v.add(c * dvp + e0 + V::W * x));
+                let at = c * dvp + e0 + V::W * x;
+                *vv = if F16 {
+                    V::load_f16(v.add(2 * at))
+                } else {
+                    V::load((v as *const f32).add(at))
+                };
             }
             for q in 0..Q {
                 let wv = V::splat(*w.add(q));
@@ -654,15 +702,16 @@ mod lanes {
 
     /// Queries `i..i + Q` over all values, 64 cells at a time: first the cells where some of
     /// the queries' weights are not zero (with which), then the values in chunks of up to 4
-    /// vectors over those cells (`dvp` is a multiple of 16, so AVX2 takes chunks of 4 or 2).
+    /// vectors over those cells (`dvp` is a multiple of 16, so AVX2 takes chunks of 4 or 2), or 2
+    /// for more than 4 queries (their sums then fill 16 registers).
     /// Listing the cells first takes the data-dependent branch out of the multiply-add loop:
     /// with a long context many weights underflow to zero, in no pattern a predictor follows.
     #[inline(always)]
-    unsafe fn values_rows<V: Lanes, const Q: usize>(
+    unsafe fn values_rows<V: Lanes, const Q: usize, const F16: bool>(
         p: *const f32,
         nqp: usize,
         i: usize,
-        v: *const f32,
+        v: *const u8,
         dvp: usize,
         nc: usize,
         acc: *mut f32,
@@ -677,42 +726,57 @@ mod lanes {
                 n += usize::from(bits != 0);
             }
             let live = &live[..n];
-            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp));
+            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp * if F16 { 2 } else { 4 }));
             let mut e0 = 0;
             while e0 < dvp {
-                let e = ((dvp - e0) / V::W).min(4);
+                let e = ((dvp - e0) / V::W).min(if Q > 4 { 2 } else { 4 });
                 match e {
-                    1 => values_tile::<V, Q, 1>(p, nqp, i, v, dvp, live, acc, e0),
-                    2 => values_tile::<V, Q, 2>(p, nqp, i, v, dvp, live, acc, e0),
-                    3 => values_tile::<V, Q, 3>(p, nqp, i, v, dvp, live, acc, e0),
-                    _ => values_tile::<V, Q, 4>(p, nqp, i, v, dvp, live, acc, e0),
+                    1 => values_tile::<V, Q, 1, F16>(p, nqp, i, v, dvp, live, acc, e0),
+                    2 => values_tile::<V, Q, 2, F16>(p, nqp, i, v, dvp, live, acc, e0),
+                    3 => values_tile::<V, Q, 3, F16>(p, nqp, i, v, dvp, live, acc, e0),
+                    _ => values_tile::<V, Q, 4, F16>(p, nqp, i, v, dvp, live, acc, e0),
                 }
                 e0 += e * V::W;
             }
         }
     }
 
-    /// `QV` queries share each cell's value loads (as many as the tier's registers hold).
+    /// `QV` queries share each cell's value loads (as many as the tier's registers hold). The
+    /// value rows are f32, or f16 with `F16`.
     #[inline(always)]
-    pub(super) unsafe fn values<V: Lanes, const QV: usize>(
+    pub(super) unsafe fn values<V: Lanes, const QV: usize, const F16: bool>(
         p: *const f32,
         nqp: usize,
         nq: usize,
-        v: *const f32,
+        v: *const u8,
         dvp: usize,
         nc: usize,
         acc: *mut f32,
     ) {
-        // The queries left after the groups of `QV` go in one group too: Qwen2.5's 7 heads per
-        // KV head are 4 + 3, one pass fewer over the value rows than 4 + 1 + 1 + 1.
+        // AVX-512 takes a decode step's 5 to 8 queries in one group, on half as many values at
+        // a time: each cell's list entry is made once and each value row converted once.
+        // Single-thread decode attention at 4096 cells (`attn_bench`, Qwen2.5 0.5B's 14/2 heads,
+        // 24 layers, alternated, ms per token) from a Q8_0 cache (its rows converted first):
+        // 6.01 / 6.00 -> 4.75 / 4.76 as 4 + 3 queries.
+        if V::W == 16 && (5..=8).contains(&nq) {
+            match nq {
+                5 => values_rows::<V, 5, F16>(p, nqp, 0, v, dvp, nc, acc),
+                6 => values_rows::<V, 6, F16>(p, nqp, 0, v, dvp, nc, acc),
+                7 => values_rows::<V, 7, F16>(p, nqp, 0, v, dvp, nc, acc),
+                _ => values_rows::<V, 8, F16>(p, nqp, 0, v, dvp, nc, acc),
+            }
+            return;
+        }
+        // The queries left after the groups of `QV` go in one group too: NEON's 7 heads per KV
+        // head are 4 + 3, one pass fewer over the value rows than 4 + 1 + 1 + 1.
         let mut i = 0;
         while i < nq {
             let q = (nq - i).min(QV);
             match q {
-                1 => values_rows::<V, 1>(p, nqp, i, v, dvp, nc, acc),
-                2 => values_rows::<V, 2>(p, nqp, i, v, dvp, nc, acc),
-                3 => values_rows::<V, 3>(p, nqp, i, v, dvp, nc, acc),
-                _ => values_rows::<V, QV>(p, nqp, i, v, dvp, nc, acc),
+                1 => values_rows::<V, 1, F16>(p, nqp, i, v, dvp, nc, acc),
+                2 => values_rows::<V, 2, F16>(p, nqp, i, v, dvp, nc, acc),
+                3 => values_rows::<V, 3, F16>(p, nqp, i, v, dvp, nc, acc),
+                _ => values_rows::<V, QV, F16>(p, nqp, i, v, dvp, nc, acc),
             }
             i += q;
         }
@@ -839,7 +903,7 @@ mod neon {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V128, 4>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V128, 4, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
     }
 }
 
@@ -903,6 +967,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn exp_neg(self) -> Self {
             V512(exp512(self.0))
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u8) -> Self {
+            V512(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
         }
         #[inline(always)]
         unsafe fn round_f16(self) -> Self {
@@ -1335,7 +1403,21 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V512, 4>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V512, 4, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
+    }
+
+    /// [`values_avx512`] from f16 value rows.
+    #[target_feature(enable = "avx512f,f16c")]
+    pub unsafe fn values_f16_avx512(
+        p: *const f32,
+        nqp: usize,
+        nq: usize,
+        v: *const u8,
+        dvp: usize,
+        nc: usize,
+        acc: *mut f32,
+    ) {
+        lanes::values::<V512, 4, true>(p, nqp, nq, v, dvp, nc, acc)
     }
 
     /// The weighted values by value (see `AccLayout`): up to 4 query vectors at a time, which
@@ -1394,7 +1476,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V256, 2>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V256, 2, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
     }
 
     /// Transposes the 16 x 16 block of rows `src + r * src_stride` into rows

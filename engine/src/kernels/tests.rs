@@ -488,6 +488,30 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                     "{isa} weighted values: nq {nq} dvp {dvp} cells {nc} dense {dense}"
                 );
             }
+            // Value rows in f16, converted as they are loaded: the sums of converting them first.
+            let v16: Vec<u8> = v
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
+                .collect();
+            let mut vf = vec![0f32; v.len()];
+            attn::f16_row(Isa::Scalar, &v16, &mut vf);
+            for isa in Isa::supported() {
+                if !attn::values_from_f16(isa, nqp, dvp) {
+                    continue;
+                }
+                let layout = attn::AccLayout::new(isa, nqp, dvp);
+                let mut want = vec![0f32; layout.size()];
+                for (i, e) in (0..nq).flat_map(|i| (0..dvp).map(move |e| (i, e))) {
+                    want[layout.at(i, e)] = start[i * dvp + e];
+                }
+                let mut got = want.clone();
+                attn::weighted_values(isa, &p, nqp, nq, &vf, dvp, nc, &mut want);
+                attn::weighted_values_f16(isa, &p, nqp, nq, &v16, dvp, nc, &mut got);
+                assert!(
+                    got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{isa} weighted f16 values: nq {nq} dvp {dvp} cells {nc} dense {dense}"
+                );
+            }
         }
     }
 }
