@@ -98,6 +98,24 @@ const PIECE_BYTES: usize = 1024;
 /// 3.68 / 3.75, 2 KiB 3.54 / 3.54, 4 KiB 3.51 / 3.52, the whole block (8 KiB) 3.52 / 3.55.
 const VALUE_PIECE_BYTES: usize = 4096;
 
+/// The bytes of the same cells as `cells` in the next block, up to cell `ahead_end`, of KV head
+/// `kvh` of a cache half whose heads take `head` bytes: what a block's reader asks for while it
+/// works on its own block.
+fn next_block(
+    data: &[u8],
+    (head, n_cells): (usize, usize),
+    kvh: usize,
+    cells: Range<usize>,
+    ahead_end: usize,
+) -> &[u8] {
+    let next = cells.start + BLOCK_CELLS..(cells.end + BLOCK_CELLS).min(ahead_end);
+    if next.is_empty() {
+        &[]
+    } else {
+        run(data, head, n_cells, kvh, next)
+    }
+}
+
 /// Cells `cells` of KV head `kvh` of a cache half in f32, row after row `stride` apart in `out`
 /// (zeros after each row's `width` values), converted piece by piece (whole pieces at once when
 /// the rows are not padded) while asking for the same cells of the next block, up to cell
@@ -121,12 +139,7 @@ fn load_rows(
         GgmlType::Q8_0 => k::q8_0_row(isa, src, dst),
         _ => crate::quant::dequantize_row(ty, src, dst).expect("KV cache type dequantizes"),
     };
-    let next = cells.start + BLOCK_CELLS..(cells.end + BLOCK_CELLS).min(ahead_end);
-    let ahead = if next.is_empty() {
-        &[][..]
-    } else {
-        run(data, head, n_cells, kvh, next)
-    };
+    let ahead = next_block(data, (head, n_cells), kvh, cells.clone(), ahead_end);
     let src = run(data, head, n_cells, kvh, cells.clone());
     // Paired rows go two by two: the pieces hold an even number.
     let rows = (PIECE_BYTES / head)
@@ -394,7 +407,7 @@ pub fn attend_tile_isa<'o>(
     let paired = kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk);
     // F16 values go into the weighted sums as they are where the tier converts them as it
     // loads them; otherwise a block's rows are converted to f32 first.
-    let f16_values = kv.ty == GgmlType::F16 && dv == dvp && k::values_from_f16(isa, nqp, dv);
+    let f16_values = kv.ty == GgmlType::F16 && k::values_from_f16(isa, nqp, dv);
     let sc = scratch;
 
     // The span of visible cells; every list ascending and inside the cache (checked once here).
@@ -534,12 +547,7 @@ pub fn attend_tile_isa<'o>(
             k::weights(isa, s, nqp, nc, &sc.m, &mut sc.l, round_f16);
             if f16_values {
                 let (head, n_cells) = rows.v();
-                let next = c0 + BLOCK_CELLS..(c0 + nc + BLOCK_CELLS).min(hi);
-                let ahead = if next.is_empty() {
-                    &[][..]
-                } else {
-                    run(kv.v, head, n_cells, kvh, next)
-                };
+                let ahead = next_block(kv.v, rows.v(), kvh, c0..c0 + nc, hi);
                 let v = run(kv.v, head, n_cells, kvh, c0..c0 + nc);
                 let s = &sc.s[at(bi)..at(bi) + block_len];
                 // Piece by piece, each after asking for the same rows of the next block; the
