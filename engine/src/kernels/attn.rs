@@ -289,16 +289,10 @@ pub fn f16_key_pairs(isa: Isa, src: &[u8], dk: usize, dst: &mut [f32]) {
             return;
         }
     }
-    for (s, d) in src.chunks_exact(4 * dk).zip(dst.chunks_exact_mut(2 * dk)) {
-        let mut rows = [0f32; 2];
-        for e in 0..dk {
-            for (r, v) in rows.iter_mut().enumerate() {
-                let at = 2 * (r * dk + e);
-                *v = half::f16::from_le_bytes([s[at], s[at + 1]]).to_f32();
-            }
-            d[2 * e..2 * e + 2].copy_from_slice(&rows);
-        }
-    }
+    // The other tiers (only their tests pair keys): convert, then pair.
+    let mut rows = vec![0f32; dst.len()];
+    f16_row(isa, src, &mut rows);
+    pair_rows(&rows, dk, dst);
 }
 
 /// `acc[at(i, e)] += p[c * nqp + i] * v[c * dvp + e]` for the first `nq` queries (or all `nqp`),
@@ -917,6 +911,24 @@ mod x86 {
     #[derive(Clone, Copy)]
     struct V512(__m512);
 
+    /// The whole groups of 16 of `$nc` cells: `$two` on the 32 cells from `$c` while there are
+    /// 32, then `$one` on 16; evaluates to how many cells that was. (A macro, not a function
+    /// taking closures: closures would not get the calling kernel's target features.)
+    macro_rules! whole_groups {
+        ($nc:expr, $c:ident => $two:expr, $one:expr) => {{
+            let mut $c = 0;
+            while $c + 32 <= $nc {
+                $two;
+                $c += 32;
+            }
+            while $c + 16 <= $nc {
+                $one;
+                $c += 16;
+            }
+            $c
+        }};
+    }
+
     /// `permutex2var` indices interleaving two rows' first 8 values (then, [`pair_hi`], their
     /// last 8): lane `2i` from the first row, `2i + 1` from the second.
     #[inline(always)]
@@ -1224,20 +1236,15 @@ mod x86 {
         nc: usize,
         s: *mut f32,
     ) -> usize {
+        // Two groups give a query two independent chains.
         macro_rules! go {
-            ($q:literal) => {{
-                let mut c = 0;
-                // Two groups give a query two independent chains.
-                while c + 32 <= nc {
-                    scores_cells::<$q, 2>(qt, nqp, k, dk, c, s);
-                    c += 32;
-                }
-                while c + 16 <= nc {
-                    scores_cells::<$q, 1>(qt, nqp, k, dk, c, s);
-                    c += 16;
-                }
-                c
-            }};
+            ($q:literal) => {
+                whole_groups!(
+                    nc,
+                    c => scores_cells::<$q, 2>(qt, nqp, k, dk, c, s),
+                    scores_cells::<$q, 1>(qt, nqp, k, dk, c, s)
+                )
+            };
         }
         match nq {
             0 => 0,
@@ -1311,18 +1318,13 @@ mod x86 {
         s: *mut f32,
     ) -> usize {
         macro_rules! go {
-            ($paired:literal) => {{
-                let mut c = 0;
-                while c + 32 <= nc {
-                    scores_pairs::<16, $paired>(qt, k, dk, c, s);
-                    c += 32;
-                }
-                while c + 16 <= nc {
-                    scores_pairs::<8, $paired>(qt, k, dk, c, s);
-                    c += 16;
-                }
-                c
-            }};
+            ($paired:literal) => {
+                whole_groups!(
+                    nc,
+                    c => scores_pairs::<16, $paired>(qt, k, dk, c, s),
+                    scores_pairs::<8, $paired>(qt, k, dk, c, s)
+                )
+            };
         }
         if paired {
             go!(true)

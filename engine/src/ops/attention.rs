@@ -547,7 +547,7 @@ pub fn attend_tile_isa<'o>(
             k::weights(isa, s, nqp, nc, &sc.m, &mut sc.l, round_f16);
             if f16_values {
                 let (head, n_cells) = rows.v();
-                let ahead = next_block(kv.v, rows.v(), kvh, c0..c0 + nc, hi);
+                let ahead = next_block(kv.v, (head, n_cells), kvh, c0..c0 + nc, hi);
                 let v = run(kv.v, head, n_cells, kvh, c0..c0 + nc);
                 let s = &sc.s[at(bi)..at(bi) + block_len];
                 // Piece by piece, each after asking for the same rows of the next block; the
