@@ -165,7 +165,11 @@ impl Context {
         let n_vocab = self.model.n_vocab();
         let n_embd = self.model.n_embd();
         self.output_row = vec![None; n];
-        self.logits.clear();
+        // Sized once for every row asked for, and overwritten in place: a decode step of one
+        // token reuses last step's buffer as it is.
+        let n_logits = (0..n).filter(|&i| batch.wants_logits(i)).count();
+        self.logits.resize(n_logits * n_vocab, 0.0);
+        let mut filled = 0;
         self.embeddings.iter_mut().for_each(|e| *e = None);
         let mut pooled: Vec<Option<Pooled>> = vec![None; self.params.n_seq_max as usize];
         let n_batch = self.params.n_batch as usize;
@@ -195,20 +199,23 @@ impl Context {
             let (model, kv, ropes) = (&self.model, &mut self.kv, &self.ropes);
             let hidden = self.pool.install(|| model.forward(&ub, kv, &cells, ropes));
             if !wants.is_empty() {
-                let rows: Vec<f32> = if self.params.embeddings {
-                    wants
+                let picked: Vec<f32>;
+                let rows: &[f32] = if self.params.embeddings {
+                    picked = wants
                         .iter()
                         .flat_map(|&r| &hidden[r * n_embd..(r + 1) * n_embd])
                         .copied()
-                        .collect()
+                        .collect();
+                    &picked
                 } else {
-                    hidden.clone()
+                    &hidden
                 };
-                let logits = self.pool.install(|| model.logits(&rows));
+                let out = &mut self.logits[filled * n_vocab..(filled + wants.len()) * n_vocab];
+                self.pool.install(|| model.logits(rows, out));
                 for (k, &r) in wants.iter().enumerate() {
-                    self.output_row[start + r] = Some(self.logits.len() / n_vocab + k);
+                    self.output_row[start + r] = Some(filled + k);
                 }
-                self.logits.extend_from_slice(&logits);
+                filled += wants.len();
             }
             if self.params.embeddings {
                 for (r, h) in hidden.chunks_exact(n_embd).enumerate() {

@@ -170,13 +170,6 @@ impl Model {
             .rows(w.row0..w.row0 + w.n_out)
     }
 
-    fn project(&self, w: &Weight, x: &mut Activations, bias: Option<&Vec<f32>>) -> Vec<f32> {
-        let mut out = vec![0f32; x.n_tokens() * w.n_out];
-        matmul(&self.view(w), x, &mut out);
-        add_bias(&mut out, bias);
-        out
-    }
-
     /// The token embeddings of `tokens` (only their rows are dequantized).
     fn embed(&self, tokens: &[TokenId]) -> Vec<f32> {
         let n_embd = self.hp.n_embd;
@@ -425,19 +418,21 @@ impl Model {
         x
     }
 
-    /// Logits of final hidden states `x` (rows of `n_embd`), `n_vocab` per row.
-    pub(crate) fn logits(&self, x: &[f32]) -> Vec<f32> {
+    /// Logits of final hidden states `x` (rows of `n_embd`) into `out`, `n_vocab` per row. The
+    /// caller's buffer, not a fresh one: with a 262k-token vocabulary a fresh one cost a 1 MiB
+    /// zeroing and a copy per decoded token.
+    pub(crate) fn logits(&self, x: &[f32], out: &mut [f32]) {
         let _reading = pack::reading();
-        let mut out = self.project(
-            &self.w.output,
+        matmul(
+            &self.view(&self.w.output),
             &mut Activations::new(x, self.hp.n_embd),
-            self.w.output_b.as_ref(),
+            out,
         );
+        add_bias(out, self.w.output_b.as_ref());
         let c = self.hp.final_softcap;
         if c > 0.0 {
             out.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
         }
-        out
     }
 }
 
