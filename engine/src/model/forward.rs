@@ -145,14 +145,23 @@ fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
-/// Query heads per attention task of a decode step, for KV heads of `group` query heads each:
-/// the whole group (its heads share every K/V row read and conversion) when there are at least
-/// as many KV heads as threads, else the largest divisor of `group` that still makes a task for
-/// every thread (Gemma 3 270M, one KV head of 4 query heads, on 2 threads: 2 tasks of 2 heads).
+/// Query heads per attention task of a decode step, for `n_kv` KV heads of `group` query heads
+/// each: the divisor of `group` whose tasks, `ceil(tasks / n_threads)` rounds of them, take the
+/// least time, more tasks on a tie. A task's time is mostly per cell (reading and converting
+/// its KV head's keys and values, which its query heads share), so splitting a group adds work
+/// that only pays where it fills idle threads: one thread over 4096 cells in cache
+/// (`attn_bench`, one KV head, ms for 1 to 8 query heads), heads of 64 0.052, 0.073, 0.079,
+/// 0.075, 0.065, 0.069, 0.072, 0.074; of 128 0.086 to 0.137; of 256 0.168, 0.212, 0.223, 0.247,
+/// ... 0.294. Hence one head costs 2 here and more heads 3. Gemma 3 270M (one KV head of 4) on
+/// 2 threads: 2 tasks of 2 heads (0.212 ms against 0.247 for one task of 4); Qwen2.5's 2 KV
+/// heads of 7 stay whole on 4 or 8 threads (one round of 0.072 ms), where a task per head was
+/// 4 or 2 rounds of 0.052 ms.
 fn decode_head_step(group: usize, n_kv: usize, n_threads: usize) -> usize {
+    let cost = |step: usize| if step == 1 { 2 } else { 3 };
+    let time = |step: usize| (n_kv * (group / step)).div_ceil(n_threads.max(1)) * cost(step);
     (1..=group)
-        .rev()
-        .find(|&step| group.is_multiple_of(step) && n_kv * (group / step) >= n_threads)
+        .filter(|&step| group.is_multiple_of(step))
+        .min_by_key(|&step| time(step))
         .unwrap_or(1)
 }
 
@@ -321,7 +330,7 @@ impl Model {
             let dst = OutPtr(attn.as_mut_ptr());
             // Tasks: (tile of rows, KV head), so that a KV head's query heads share its K/V
             // rows; for a decode step with fewer KV heads than threads, a KV head's query heads
-            // split into as few parts as give every thread one.
+            // may split into parts where that fills idle threads (`decode_head_step`).
             let group = nh / nkv;
             let n_threads = threads::with_current(|tp| tp.n_threads());
             let (tile_rows, head_step) = if rows.len() == 1 {
@@ -441,16 +450,28 @@ mod tests {
     use super::decode_head_step;
 
     #[test]
-    fn decode_attention_tasks_cover_the_threads_with_few_splits() {
+    fn decode_attention_splits_groups_only_where_it_fills_idle_threads() {
         // (query heads per KV head, KV heads, threads) -> heads per task.
+        // Gemma 3 (one KV head of 4).
+        assert_eq!(decode_head_step(4, 1, 1), 4);
         assert_eq!(decode_head_step(4, 1, 2), 2);
         assert_eq!(decode_head_step(4, 1, 4), 1);
         assert_eq!(decode_head_step(4, 1, 8), 1);
-        assert_eq!(decode_head_step(4, 1, 1), 4);
+        // Qwen2.5 0.5B and 7B (2 and 4 KV heads of 7): whole groups until there is a thread for
+        // every head.
         assert_eq!(decode_head_step(7, 2, 2), 7);
-        assert_eq!(decode_head_step(7, 1, 2), 1);
+        assert_eq!(decode_head_step(7, 2, 4), 7);
+        assert_eq!(decode_head_step(7, 2, 8), 7);
+        assert_eq!(decode_head_step(7, 2, 14), 1);
+        assert_eq!(decode_head_step(7, 4, 8), 7);
+        assert_eq!(decode_head_step(7, 1, 2), 7);
+        // TinyLlama and Llama 3 8B (4 of 8, 8 of 4).
         assert_eq!(decode_head_step(8, 4, 2), 8);
-        assert_eq!(decode_head_step(6, 1, 4), 1);
+        assert_eq!(decode_head_step(8, 4, 8), 4);
+        assert_eq!(decode_head_step(4, 8, 8), 4);
+        assert_eq!(decode_head_step(4, 8, 16), 2);
         assert_eq!(decode_head_step(6, 2, 4), 3);
+        assert_eq!(decode_head_step(6, 1, 4), 2);
+        assert_eq!(decode_head_step(1, 32, 2), 1);
     }
 }
