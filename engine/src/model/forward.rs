@@ -8,6 +8,7 @@
 //! rows: a 512-token prompt then needs a few MiB of work buffers, not tens.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use super::arch::{Ffn, QScale};
 use super::pack;
@@ -143,6 +144,22 @@ fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
         .flat_map(|&r| &x[r * width..(r + 1) * width])
         .copied()
         .collect()
+}
+
+/// The attention tiles of `rows` (indices into the micro-batch, whose sequences `seq` gives):
+/// runs of at most [`TILE_ROWS`] rows of one sequence, as ranges of `rows`. Rows of different
+/// sequences see different cells, and a tile computes every row's scores over every cell any of
+/// its rows sees: a decode step of several sequences in one tile did that many times the work.
+fn seq_tiles(rows: &[usize], seq: &[SeqId]) -> Vec<Range<usize>> {
+    let mut tiles = Vec::new();
+    let mut start = 0;
+    for i in 1..=rows.len() {
+        if i == rows.len() || i - start == TILE_ROWS || seq[rows[i]] != seq[rows[start]] {
+            tiles.push(start..i);
+            start = i;
+        }
+    }
+    tiles
 }
 
 /// Query heads per attention task of a decode step, for `n_kv` KV heads of `group` query heads
@@ -329,25 +346,25 @@ impl Model {
             let attn = &mut attn_all[..rows.len() * nh * dv];
             let dst = OutPtr(attn.as_mut_ptr());
             // Tasks: (tile of rows, KV head), so that a KV head's query heads share its K/V
-            // rows; for a decode step with fewer KV heads than threads, a KV head's query heads
-            // may split into parts where that fills idle threads (`decode_head_step`).
+            // rows; where every tile is one row (decode steps), a KV head's query heads may
+            // split into parts where that fills idle threads (`decode_head_step`).
+            let tiles = seq_tiles(&rows, ub.seq);
             let group = nh / nkv;
             let n_threads = threads::with_current(|tp| tp.n_threads());
-            let (tile_rows, head_step) = if rows.len() == 1 {
-                (1, decode_head_step(group, nkv, n_threads))
+            let head_step = if tiles.len() == rows.len() {
+                decode_head_step(group, nkv * tiles.len(), n_threads)
             } else {
-                (TILE_ROWS, group)
+                group
             };
-            let n_tiles = rows.len().div_ceil(tile_rows);
             let per_tile = nh / head_step;
             threads::with_current(|tp| {
-                tp.for_each_chunk(n_tiles * per_tile, 1, |items| {
+                tp.for_each_chunk(tiles.len() * per_tile, 1, |items| {
                     SCRATCH.with(|scratch| {
                         let scratch = &mut scratch.borrow_mut();
                         for i in items {
-                            let (tile, h0) = (i / per_tile, i % per_tile * head_step);
-                            let r0 = tile * tile_rows;
-                            let tile = &rows[r0..(r0 + tile_rows).min(rows.len())];
+                            let (tile, h0) = (&tiles[i / per_tile], i % per_tile * head_step);
+                            let r0 = tile.start;
+                            let tile = &rows[tile.clone()];
                             let qs: Vec<&[f32]> =
                                 tile.iter().map(|&t| &q[t * nh * dk..(t + 1) * nh * dk]).collect();
                             let cells: Vec<&[u32]> = tile.iter().map(|&t| visible[t].as_slice()).collect();
@@ -447,7 +464,24 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_head_step;
+    use super::{decode_head_step, seq_tiles, Range, TILE_ROWS};
+
+    #[test]
+    fn attention_tiles_hold_rows_of_one_sequence() {
+        // A prompt: tiles of TILE_ROWS rows and a shorter last one.
+        let rows: Vec<usize> = (0..TILE_ROWS * 2 + 3).collect();
+        let seq = vec![0; rows.len()];
+        assert_eq!(
+            seq_tiles(&rows, &seq),
+            [0..TILE_ROWS, TILE_ROWS..2 * TILE_ROWS, 2 * TILE_ROWS..rows.len()]
+        );
+        // A decode step of three sequences: one row each.
+        assert_eq!(seq_tiles(&[0, 1, 2], &[2, 0, 1]), [0..1, 1..2, 2..3]);
+        // Two prompts in one batch, then the output rows of a last layer (indices into the batch).
+        assert_eq!(seq_tiles(&[0, 1, 2, 3, 4], &[0, 0, 0, 1, 1]), [0..3, 3..5]);
+        assert_eq!(seq_tiles(&[2, 4], &[0, 0, 0, 1, 1]), [0..1, 1..2]);
+        assert_eq!(seq_tiles(&[], &[]), Vec::<Range<usize>>::new());
+    }
 
     #[test]
     fn decode_attention_splits_groups_only_where_it_fills_idle_threads() {
