@@ -414,7 +414,10 @@ pub fn attend_tile_isa<'o>(
     let mut lo = usize::MAX;
     let mut hi = 0;
     for c in cells {
-        assert!(c.windows(2).all(|w| w[0] < w[1]), "visible cells ascending");
+        // Without an early exit, so that it vectorizes: a prompt's tiles check every row's list
+        // in every task (the short-circuiting check was ~2% of a pp512 after 4096 tokens).
+        let ascending = c.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
+        assert!(ascending, "visible cells ascending");
         if let (Some(&a), Some(&b)) = (c.first(), c.last()) {
             assert!((b as usize) < rows.n_cells, "visible cell outside the cache");
             lo = lo.min(a as usize);
@@ -456,14 +459,24 @@ pub fn attend_tile_isa<'o>(
     sc.cursor.clear();
     sc.cursor.resize(n_rows, 0);
     for (bi, b) in blocks.clone().enumerate() {
-        let end = (b + 1) * BLOCK_CELLS;
+        let (start, end) = (b * BLOCK_CELLS, (b + 1) * BLOCK_CELLS);
         for (r, c) in cells.iter().enumerate() {
-            let mut mask = 0u64;
             let cur = &mut sc.cursor[r];
-            while let Some(&x) = c.get(*cur).filter(|&&x| (x as usize) < end) {
-                mask |= 1 << (x as usize - b * BLOCK_CELLS);
-                *cur += 1;
-            }
+            // A whole block at once (a sequence's cells side by side, the common case): in an
+            // ascending list, entries `start` and `start + 63` 63 apart are the block's 64 cells.
+            let whole = c.get(*cur) == Some(&(start as u32))
+                && c.get(*cur + BLOCK_CELLS - 1) == Some(&((end - 1) as u32));
+            let mask = if whole {
+                *cur += BLOCK_CELLS;
+                u64::MAX
+            } else {
+                let mut mask = 0u64;
+                while let Some(&x) = c.get(*cur).filter(|&&x| (x as usize) < end) {
+                    mask |= 1 << (x as usize - start);
+                    *cur += 1;
+                }
+                mask
+            };
             sc.masks[bi * n_rows + r] = mask;
         }
     }
