@@ -236,6 +236,69 @@ fn sliding_window_layers_keep_a_small_cache() {
     assert_eq!(est.weights, m.weights_size());
 }
 
+/// Decode steps past a thousand cells split a KV head's attention over the threads twice (scores
+/// by cells, then sums by heads: `split_decode_attention`); their logits keep the bits of the
+/// same positions in one batch (which does not split), for one sequence and for two sequences
+/// stepped together (4 threads: one task per sequence, KV head and part), whose cells do not
+/// start on a block.
+#[test]
+fn long_decode_steps_give_the_bits_of_a_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gemma3(&dir);
+    let (n, steps) = (1100usize, 6usize);
+    let tokens = |seq: usize| -> Vec<u32> {
+        (0..n)
+            .map(|i| 3 + ((i * 7919 + seq * 131) % 509) as u32)
+            .collect()
+    };
+    let context = |n_seq: u32, n_threads: usize| {
+        let params = ContextParams {
+            n_ctx: 2 * n as u32 + 64,
+            n_batch: 2048,
+            n_seq_max: n_seq,
+            n_threads,
+            ..Default::default()
+        };
+        Context::new(m.clone(), params).unwrap()
+    };
+    // Each sequence's last `steps` positions in one batch.
+    let whole: Vec<Vec<Vec<f32>>> = (0..2)
+        .map(|seq| {
+            let mut c = context(1, 2);
+            let mut b = Batch::new();
+            for (i, &t) in tokens(seq).iter().enumerate() {
+                b.add(t, i as i32, 0, i >= n - steps);
+            }
+            c.decode(&b).unwrap();
+            (n - steps..n).map(|i| c.logits(i).unwrap().to_vec()).collect()
+        })
+        .collect();
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    for (n_seq, n_threads) in [(1usize, 2usize), (2, 4)] {
+        let mut c = context(n_seq as u32, n_threads);
+        for seq in 0..n_seq {
+            c.decode(&Batch::from_tokens(&tokens(seq)[..n - steps], 0, seq as u32))
+                .unwrap();
+        }
+        for step in 0..steps {
+            let i = n - steps + step;
+            let mut b = Batch::new();
+            for seq in 0..n_seq {
+                b.add(tokens(seq)[i], i as i32, seq as u32, true);
+            }
+            c.decode(&b).unwrap();
+            for (seq, want) in whole.iter().enumerate().take(n_seq) {
+                let got = c.logits(seq).unwrap();
+                assert!(
+                    same(got, &want[step]),
+                    "{n_seq} sequences, sequence {seq}, position {i}: logits differ by {}",
+                    max_diff(got, &want[step])
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn sliding_window_model_generates_past_its_context() {
     let dir = tempfile::tempdir().unwrap();

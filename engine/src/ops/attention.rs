@@ -324,9 +324,10 @@ pub const BLOCK_CELLS: usize = 64;
 /// faster than with the former 256 KB, Gemma 3 270M's 1.05-1.13x.
 const KEEP_SCORES: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
 
-/// Reusable buffers of one worker for [`attend_tile`]; their size depends on the tile and the
-/// head sizes, not on the context length (except one bit mask per row and block, and the kept
-/// scores, up to [`KEEP_SCORES`]).
+/// Reusable buffers of one worker for [`attend_tile`] and the split decode steps
+/// ([`split_scores`], [`split_sums`]); their size depends on the tile and the head sizes, not on
+/// the context length (except one bit mask per row and block, and the kept scores, up to
+/// [`KEEP_SCORES`]).
 #[derive(Default)]
 pub struct TileScratch {
     q: Vec<u8>,
@@ -340,7 +341,292 @@ pub struct TileScratch {
     acc: Vec<f32>,
     by_query: Vec<f32>,
     masks: Vec<u64>,
-    cursor: Vec<usize>,
+}
+
+/// What the passes over one tile's blocks share: its queries' layout, the blocks its rows see and
+/// the cache's shape. Made from the tile alone, so two steps that take the same tile in parts
+/// (the split decode steps) agree on every block.
+struct Plan<'a> {
+    isa: Isa,
+    kv: KvView<'a>,
+    shape: AttnShape,
+    rows: Rows,
+    kvh: usize,
+    heads: Range<usize>,
+    n_rows: usize,
+    nq: usize,
+    nqp: usize,
+    dvp: usize,
+    round_f16: bool,
+    /// F16 keys go to the scores paired where the tier wants them so (converted and paired in
+    /// one pass); other types in rows.
+    paired: bool,
+    /// F16 values go into the weighted sums as they are where the tier converts them as it
+    /// loads them; otherwise a block's rows are converted to f32 first.
+    f16_values: bool,
+    /// One past the last visible cell: the readers ask ahead for the next block up to it.
+    hi: usize,
+    /// The blocks that hold visible cells.
+    blocks: Range<usize>,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan of a tile of `cells.len()` rows for query heads `heads` (all of one KV head's
+    /// group); checks every row's cells (ascending, inside the cache) once.
+    fn new(isa: Isa, kv: KvView<'a>, cells: &[&[u32]], shape: &AttnShape, heads: Range<usize>) -> Plan<'a> {
+        let AttnShape {
+            n_head,
+            n_kv_head,
+            head_dim_k: dk,
+            head_dim_v: dv,
+            ..
+        } = *shape;
+        assert!(isa.is_supported(), "{isa} kernels on a CPU without them");
+        assert!(n_kv_head > 0 && n_head % n_kv_head == 0 && heads.end <= n_head && !heads.is_empty());
+        let group = n_head / n_kv_head;
+        let kvh = heads.start / group;
+        assert_eq!((heads.end - 1) / group, kvh, "heads of one KV head");
+        let rows = Rows::new(&kv, shape);
+        let n_rows = cells.len();
+        let nq = n_rows * heads.len();
+        let nqp = k::padded_queries(nq);
+        let mut lo = usize::MAX;
+        let mut hi = 0;
+        for c in cells {
+            // Without an early exit, so that it vectorizes: a prompt's tiles check every row's
+            // list in every task (the short-circuiting check was ~2% of a pp512 after 4096
+            // tokens).
+            let ascending = c.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
+            assert!(ascending, "visible cells ascending");
+            if let (Some(&a), Some(&b)) = (c.first(), c.last()) {
+                assert!((b as usize) < rows.n_cells, "visible cell outside the cache");
+                lo = lo.min(a as usize);
+                hi = hi.max(b as usize + 1);
+            }
+        }
+        let blocks = if lo < hi {
+            lo / BLOCK_CELLS..(hi - 1) / BLOCK_CELLS + 1
+        } else {
+            0..0
+        };
+        Plan {
+            isa,
+            kv,
+            shape: *shape,
+            rows,
+            kvh,
+            heads,
+            n_rows,
+            nq,
+            nqp,
+            dvp: dv.div_ceil(LANES) * LANES,
+            round_f16: kv.ty == GgmlType::F16,
+            paired: kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk),
+            f16_values: kv.ty == GgmlType::F16 && k::values_from_f16(isa, nqp, dv),
+            hi,
+            blocks,
+        }
+    }
+
+    /// Floats of one block's scores: [`BLOCK_CELLS`] cells of `nqp` query lanes.
+    fn block_len(&self) -> usize {
+        BLOCK_CELLS * self.nqp
+    }
+
+    /// Queries rounded through the cache's dot format, row by row in `qf` (padding queries
+    /// zero), then transposed into `qt[d * nqp + i]`; query i is (row i / n_heads, head
+    /// heads.start + i % n_heads). `q[r]` holds all query heads of row `r`.
+    fn queries(&self, q: &[&[f32]], sc: &mut TileScratch) {
+        let (dk, n_heads) = (self.shape.head_dim_k, self.heads.len());
+        assert_eq!(q.len(), self.n_rows);
+        sc.qf.clear();
+        sc.qf.resize(self.nqp * dk, 0.0);
+        for (i, qf) in sc.qf.chunks_exact_mut(dk).take(self.nq).enumerate() {
+            let h = self.heads.start + i % n_heads;
+            let qr = q[i / n_heads];
+            assert_eq!(qr.len(), self.shape.n_head * dk);
+            round_query(self.isa, self.kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, qf);
+        }
+        sc.qt.resize(dk * self.nqp, 0.0);
+        k::transpose(self.isa, &sc.qf, self.nqp, dk, &mut sc.qt);
+        sc.k.resize(BLOCK_CELLS * dk, 0.0);
+    }
+
+    /// Empty running maxima, sums and weighted sums.
+    fn start_sums(&self, sc: &mut TileScratch) {
+        sc.m.clear();
+        sc.m.resize(self.nqp, f32::NEG_INFINITY);
+        sc.l.clear();
+        sc.l.resize(self.nqp, 0.0);
+        let layout = k::AccLayout::new(self.isa, self.nqp, self.dvp);
+        sc.acc.clear();
+        sc.acc.resize(layout.size(), 0.0);
+        sc.v.resize(BLOCK_CELLS * self.dvp, 0.0);
+    }
+
+    /// Which cells of blocks `blocks` (of [`Plan::blocks`]) each row sees: one bit per cell, in
+    /// `sc.masks[(b - blocks.start) * n_rows + r]`.
+    fn masks(&self, cells: &[&[u32]], blocks: Range<usize>, sc: &mut TileScratch) {
+        let n_rows = self.n_rows;
+        sc.masks.clear();
+        sc.masks.resize(blocks.len() * n_rows, 0);
+        for (r, c) in cells.iter().enumerate() {
+            let mut cur = c.partition_point(|&x| (x as usize) < blocks.start * BLOCK_CELLS);
+            for (bi, b) in blocks.clone().enumerate() {
+                let (start, end) = (b * BLOCK_CELLS, (b + 1) * BLOCK_CELLS);
+                // A whole block at once (a sequence's cells side by side, the common case): in an
+                // ascending list, entries `start` and `start + 63` 63 apart are the block's 64
+                // cells.
+                let whole = c.get(cur) == Some(&(start as u32))
+                    && c.get(cur + BLOCK_CELLS - 1) == Some(&((end - 1) as u32));
+                let mask = if whole {
+                    cur += BLOCK_CELLS;
+                    u64::MAX
+                } else {
+                    let mut mask = 0u64;
+                    while let Some(&x) = c.get(cur).filter(|&&x| (x as usize) < end) {
+                        mask |= 1 << (x as usize - start);
+                        cur += 1;
+                    }
+                    mask
+                };
+                sc.masks[bi * n_rows + r] = mask;
+            }
+        }
+    }
+
+    /// The cells of a block some row sees, given the rows' masks of it: `first..first + nc` of
+    /// the block.
+    fn span(masks: &[u64]) -> Option<(usize, usize)> {
+        let any = masks.iter().fold(0, |a, m| a | m);
+        let first = any.trailing_zeros() as usize;
+        (any != 0).then(|| (first, BLOCK_CELLS - any.leading_zeros() as usize - first))
+    }
+
+    /// The scores of block `b` (cells `b * BLOCK_CELLS + first..` +nc) into `s`, masked ones
+    /// -inf; `masks` are the rows' masks of the block.
+    fn block_scores(
+        &self,
+        qt: &[f32],
+        masks: &[u64],
+        b: usize,
+        (first, nc): (usize, usize),
+        keys: &mut [f32],
+        s: &mut [f32],
+    ) {
+        let (nqp, nq, dk) = (self.nqp, self.nq, self.shape.head_dim_k);
+        let c0 = b * BLOCK_CELLS + first;
+        let kv = &self.kv;
+        let range = c0..c0 + nc;
+        load_rows(
+            self.isa,
+            kv.ty,
+            kv.k,
+            self.rows.k(),
+            self.kvh,
+            range,
+            self.hi,
+            (dk, dk),
+            self.paired,
+            keys,
+        );
+        k::scores(self.isa, qt, nqp, nq, keys, dk, nc, self.paired, s);
+        // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
+        // nothing reads them), then, unless every row sees all the cells, the cells a row does
+        // not see masked.
+        let s = &mut s[..nc * nqp];
+        let shape = &self.shape;
+        if shape.softcap > 0.0 {
+            s.iter_mut().for_each(|x| *x = finish_score(*x, shape));
+        } else {
+            s.iter_mut().for_each(|x| *x *= shape.kq_scale);
+        }
+        let span = (u64::MAX >> (64 - nc)) << first;
+        if masks.iter().any(|m| m & span != span) {
+            for (j, srow) in s.chunks_exact_mut(nqp).enumerate() {
+                for (mask, x) in masks.iter().zip(srow[..nq].chunks_exact_mut(self.heads.len())) {
+                    if mask >> (first + j) & 1 == 0 {
+                        x.fill(f32::NEG_INFINITY);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Block `b`'s scores `s` (cells `first..first + nc` of the block) as weights, added to the
+    /// sums `sc.l` and, times the block's values, to the outputs' sums `sc.acc`; `sc.m` holds
+    /// the final maxima.
+    fn block_sums(&self, b: usize, (first, nc): (usize, usize), s: &mut [f32], sc: &mut TileScratch) {
+        let (isa, kv, nqp, nq) = (self.isa, &self.kv, self.nqp, self.nq);
+        let (dv, dvp) = (self.shape.head_dim_v, self.dvp);
+        let c0 = b * BLOCK_CELLS + first;
+        k::weights(isa, s, nqp, nc, &sc.m, &mut sc.l, self.round_f16);
+        if self.f16_values {
+            let (head, n_cells) = self.rows.v();
+            let ahead = next_block(kv.v, (head, n_cells), self.kvh, c0..c0 + nc, self.hi);
+            let v = run(kv.v, head, n_cells, self.kvh, c0..c0 + nc);
+            // Piece by piece, each after asking for the same rows of the next block; the sums go
+            // on from one piece to the next in cell order.
+            let piece = (VALUE_PIECE_BYTES / head).max(1);
+            for r0 in (0..nc).step_by(piece) {
+                let r1 = (r0 + piece).min(nc);
+                if let Some(a) = ahead.get(r0 * head..) {
+                    k::prefetch(&a[..a.len().min((r1 - r0) * head)]);
+                }
+                let v = &v[r0 * head..r1 * head];
+                k::weighted_values_f16(isa, &s[r0 * nqp..], nqp, nq, v, dv, r1 - r0, &mut sc.acc);
+            }
+        } else {
+            let range = c0..c0 + nc;
+            load_rows(
+                isa,
+                kv.ty,
+                kv.v,
+                self.rows.v(),
+                self.kvh,
+                range,
+                self.hi,
+                (dv, dvp),
+                false,
+                &mut sc.v,
+            );
+            k::weighted_values(isa, s, nqp, nq, &sc.v, dvp, nc, &mut sc.acc);
+        }
+    }
+
+    /// Each query's weighted sum times the inverse of its weights' sum, through `out(row,
+    /// head)` (zeros for a query that saw nothing).
+    fn outputs<'o>(&self, sc: &mut TileScratch, mut out: impl FnMut(usize, usize) -> &'o mut [f32]) {
+        let (isa, nqp, dvp, dv) = (self.isa, self.nqp, self.dvp, self.shape.head_dim_v);
+        // The sums by query (transposed if they are by value).
+        let by_query = if k::AccLayout::new(isa, nqp, dvp).by_value() {
+            sc.by_query.resize(nqp * dvp, 0.0);
+            k::transpose(isa, &sc.acc, dvp, nqp, &mut sc.by_query);
+            &sc.by_query
+        } else {
+            &sc.acc
+        };
+        let n_heads = self.heads.len();
+        for (i, (acc, &l)) in by_query.chunks_exact(dvp).zip(&sc.l).take(self.nq).enumerate() {
+            let o = out(i / n_heads, self.heads.start + i % n_heads);
+            if l == 0.0 {
+                o.fill(0.0);
+            } else {
+                let inv = 1.0 / l;
+                o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a * inv);
+            }
+        }
+    }
+}
+
+/// A query that sees nothing keeps the maximum -inf, taken as 0 so that its weights are all
+/// zero (and its output zero) rather than NaN.
+fn finish_maxima(m: &mut [f32]) {
+    for m in m {
+        if *m == f32::NEG_INFINITY {
+            *m = 0.0;
+        }
+    }
 }
 
 /// Attention of a tile of query rows for query heads `heads` (all of one KV head's group), flash
@@ -380,235 +666,204 @@ pub fn attend_tile_isa<'o>(
     shape: &AttnShape,
     heads: Range<usize>,
     scratch: &mut TileScratch,
-    mut out: impl FnMut(usize, usize) -> &'o mut [f32],
+    out: impl FnMut(usize, usize) -> &'o mut [f32],
 ) {
-    let AttnShape {
-        n_head,
-        n_kv_head,
-        head_dim_k: dk,
-        head_dim_v: dv,
-        ..
-    } = *shape;
-    assert!(isa.is_supported(), "{isa} kernels on a CPU without them");
-    assert!(n_kv_head > 0 && n_head % n_kv_head == 0 && heads.end <= n_head && !heads.is_empty());
-    let group = n_head / n_kv_head;
-    let kvh = heads.start / group;
-    assert_eq!((heads.end - 1) / group, kvh, "heads of one KV head");
-    assert_eq!(q.len(), cells.len());
-    let rows = Rows::new(&kv, shape);
-    let n_rows = q.len();
-    let n_heads = heads.len();
-    let nq = n_rows * n_heads;
-    let nqp = k::padded_queries(nq);
-    let dvp = dv.div_ceil(LANES) * LANES;
-    let round_f16 = kv.ty == GgmlType::F16;
-    // F16 keys go to the scores paired where the tier wants them so (converted and paired in
-    // one pass); other types in rows.
-    let paired = kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk);
-    // F16 values go into the weighted sums as they are where the tier converts them as it
-    // loads them; otherwise a block's rows are converted to f32 first.
-    let f16_values = kv.ty == GgmlType::F16 && k::values_from_f16(isa, nqp, dv);
+    let plan = Plan::new(isa, kv, cells, shape, heads);
     let sc = scratch;
-
-    // The span of visible cells; every list ascending and inside the cache (checked once here).
-    let mut lo = usize::MAX;
-    let mut hi = 0;
-    for c in cells {
-        // Without an early exit, so that it vectorizes: a prompt's tiles check every row's list
-        // in every task (the short-circuiting check was ~2% of a pp512 after 4096 tokens).
-        let ascending = c.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
-        assert!(ascending, "visible cells ascending");
-        if let (Some(&a), Some(&b)) = (c.first(), c.last()) {
-            assert!((b as usize) < rows.n_cells, "visible cell outside the cache");
-            lo = lo.min(a as usize);
-            hi = hi.max(b as usize + 1);
-        }
-    }
-
-    // Queries rounded through the cache's dot format, row by row in `qf` (padding queries zero),
-    // then transposed: qt[d * nqp + i]; query i is (row i / n_heads, head heads.start + i %
-    // n_heads).
-    sc.qf.clear();
-    sc.qf.resize(nqp * dk, 0.0);
-    for (i, qf) in sc.qf.chunks_exact_mut(dk).take(nq).enumerate() {
-        let h = heads.start + i % n_heads;
-        let qr = q[i / n_heads];
-        assert_eq!(qr.len(), n_head * dk);
-        round_query(isa, kv.ty, &qr[h * dk..(h + 1) * dk], &mut sc.q, qf);
-    }
-    sc.qt.resize(dk * nqp, 0.0);
-    k::transpose(isa, &sc.qf, nqp, dk, &mut sc.qt);
-    sc.m.clear();
-    sc.m.resize(nqp, f32::NEG_INFINITY);
-    sc.l.clear();
-    sc.l.resize(nqp, 0.0);
-    let layout = k::AccLayout::new(isa, nqp, dvp);
-    sc.acc.clear();
-    sc.acc.resize(layout.size(), 0.0);
-    sc.k.resize(BLOCK_CELLS * dk, 0.0);
-    sc.v.resize(BLOCK_CELLS * dvp, 0.0);
-
-    // Which cells of each block each row sees: one bit per cell, per (block, row).
-    let blocks = if lo < hi {
-        lo / BLOCK_CELLS..(hi - 1) / BLOCK_CELLS + 1
-    } else {
-        0..0
-    };
-    sc.masks.clear();
-    sc.masks.resize(blocks.len() * n_rows, 0);
-    sc.cursor.clear();
-    sc.cursor.resize(n_rows, 0);
-    for (bi, b) in blocks.clone().enumerate() {
-        let (start, end) = (b * BLOCK_CELLS, (b + 1) * BLOCK_CELLS);
-        for (r, c) in cells.iter().enumerate() {
-            let cur = &mut sc.cursor[r];
-            // A whole block at once (a sequence's cells side by side, the common case): in an
-            // ascending list, entries `start` and `start + 63` 63 apart are the block's 64 cells.
-            let whole = c.get(*cur) == Some(&(start as u32))
-                && c.get(*cur + BLOCK_CELLS - 1) == Some(&((end - 1) as u32));
-            let mask = if whole {
-                *cur += BLOCK_CELLS;
-                u64::MAX
-            } else {
-                let mut mask = 0u64;
-                while let Some(&x) = c.get(*cur).filter(|&&x| (x as usize) < end) {
-                    mask |= 1 << (x as usize - start);
-                    *cur += 1;
-                }
-                mask
-            };
-            sc.masks[bi * n_rows + r] = mask;
-        }
-    }
-
+    plan.queries(q, sc);
+    plan.start_sums(sc);
+    plan.masks(cells, plan.blocks.clone(), sc);
+    let n_rows = plan.n_rows;
     // The scores of a span up to [`KEEP_SCORES`] are kept from the first pass to the second;
     // those of a longer one are computed again, to the same bits.
-    let keep = blocks.len() * BLOCK_CELLS * nqp <= KEEP_SCORES;
-    let block_len = BLOCK_CELLS * nqp;
-    sc.s.resize(if keep { blocks.len().max(1) } else { 1 } * block_len, 0.0);
+    let block_len = plan.block_len();
+    let keep = plan.blocks.len() * block_len <= KEEP_SCORES;
+    let mut s = std::mem::take(&mut sc.s);
+    s.resize(if keep { plan.blocks.len().max(1) } else { 1 } * block_len, 0.0);
     let at = |bi: usize| if keep { bi * block_len } else { 0 };
-    // The cells of block `bi` some row of the tile sees, `first..first + nc` of the block.
-    let span = |sc: &TileScratch, bi: usize| -> Option<(usize, usize)> {
-        let any = sc.masks[bi * n_rows..(bi + 1) * n_rows]
-            .iter()
-            .fold(0, |a, m| a | m);
-        let first = any.trailing_zeros() as usize;
-        (any != 0).then(|| (first, BLOCK_CELLS - any.leading_zeros() as usize - first))
-    };
-    // The scores of block `bi` (cells `b * BLOCK_CELLS + first..` +nc) at `at(bi)`, masked ones -inf.
-    let block_scores = |sc: &mut TileScratch, bi: usize, b: usize, (first, nc): (usize, usize)| {
-        let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
-        let c0 = b * BLOCK_CELLS + first;
-        load_rows(
-            isa,
-            kv.ty,
-            kv.k,
-            rows.k(),
-            kvh,
-            c0..c0 + nc,
-            hi,
-            (dk, dk),
-            paired,
-            &mut sc.k,
-        );
-        let s = &mut sc.s[at(bi)..at(bi) + block_len];
-        k::scores(isa, &sc.qt, nqp, nq, &sc.k, dk, nc, paired, s);
-        // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
-        // nothing reads them), then, unless every row sees all the cells, the cells a row does
-        // not see masked.
-        let s = &mut s[..nc * nqp];
-        if shape.softcap > 0.0 {
-            s.iter_mut().for_each(|x| *x = finish_score(*x, shape));
-        } else {
-            s.iter_mut().for_each(|x| *x *= shape.kq_scale);
-        }
-        let span = (u64::MAX >> (64 - nc)) << first;
-        if masks.iter().any(|m| m & span != span) {
-            for (j, srow) in s.chunks_exact_mut(nqp).enumerate() {
-                for (mask, x) in masks.iter().zip(srow[..nq].chunks_exact_mut(n_heads)) {
-                    if mask >> (first + j) & 1 == 0 {
-                        x.fill(f32::NEG_INFINITY);
-                    }
-                }
-            }
-        }
-    };
 
-    // Pass 1: each query's maximum score. A query that sees nothing keeps -inf, taken as 0 so
-    // that its weights are all zero (and its output zero) rather than NaN.
-    for (bi, b) in blocks.clone().enumerate() {
-        if let Some(sp) = span(sc, bi) {
-            block_scores(sc, bi, b, sp);
-            let s = &sc.s[at(bi)..at(bi) + block_len];
-            k::block_max(isa, s, nqp, sp.1, &mut sc.m);
+    // Pass 1: each query's maximum score.
+    let mut keys = std::mem::take(&mut sc.k);
+    for (bi, b) in plan.blocks.clone().enumerate() {
+        let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
+        if let Some(sp) = Plan::span(masks) {
+            let s = &mut s[at(bi)..at(bi) + block_len];
+            plan.block_scores(&sc.qt, masks, b, sp, &mut keys, s);
+            k::block_max(isa, s, plan.nqp, sp.1, &mut sc.m);
         }
     }
-    for m in &mut sc.m {
-        if *m == f32::NEG_INFINITY {
-            *m = 0.0;
-        }
-    }
+    finish_maxima(&mut sc.m);
     // Pass 2: the same scores (kept or again) as weights, added to the sums and, times the
     // block's values, to the outputs.
-    for (bi, b) in blocks.enumerate() {
-        if let Some((first, nc)) = span(sc, bi) {
+    for (bi, b) in plan.blocks.clone().enumerate() {
+        let masks = &sc.masks[bi * n_rows..(bi + 1) * n_rows];
+        if let Some(sp) = Plan::span(masks) {
+            let s = &mut s[at(bi)..at(bi) + block_len];
             if !keep {
-                block_scores(sc, bi, b, (first, nc));
+                plan.block_scores(&sc.qt, masks, b, sp, &mut keys, s);
             }
-            let c0 = b * BLOCK_CELLS + first;
-            let s = &mut sc.s[at(bi)..at(bi) + block_len];
-            k::weights(isa, s, nqp, nc, &sc.m, &mut sc.l, round_f16);
-            if f16_values {
-                let (head, n_cells) = rows.v();
-                let ahead = next_block(kv.v, (head, n_cells), kvh, c0..c0 + nc, hi);
-                let v = run(kv.v, head, n_cells, kvh, c0..c0 + nc);
-                let s = &sc.s[at(bi)..at(bi) + block_len];
-                // Piece by piece, each after asking for the same rows of the next block; the
-                // sums go on from one piece to the next in cell order.
-                let piece = (VALUE_PIECE_BYTES / head).max(1);
-                for r0 in (0..nc).step_by(piece) {
-                    let r1 = (r0 + piece).min(nc);
-                    if let Some(a) = ahead.get(r0 * head..) {
-                        k::prefetch(&a[..a.len().min((r1 - r0) * head)]);
-                    }
-                    let v = &v[r0 * head..r1 * head];
-                    k::weighted_values_f16(isa, &s[r0 * nqp..], nqp, nq, v, dv, r1 - r0, &mut sc.acc);
+            plan.block_sums(b, sp, s, sc);
+        }
+    }
+    sc.k = keys;
+    sc.s = s;
+    plan.outputs(sc, out);
+}
+
+/// The blocks of a split decode step's part `part` of `parts`, as indices into its row's blocks
+/// (of `n_blocks`): each part about as many.
+fn part_blocks(n_blocks: usize, part: usize, parts: usize) -> Range<usize> {
+    n_blocks * part / parts..n_blocks * (part + 1) / parts
+}
+
+/// The visible blocks of a row that sees `cells` (ascending).
+fn row_blocks(cells: &[u32]) -> usize {
+    match (cells.first(), cells.last()) {
+        (Some(&a), Some(&b)) => b as usize / BLOCK_CELLS - a as usize / BLOCK_CELLS + 1,
+        _ => 0,
+    }
+}
+
+/// Floats per block of the scores a split decode step keeps between its two parallel steps, per
+/// KV head, for `parts` parts of a group of `group` query heads: each part's heads in query lanes
+/// of their own.
+fn split_block_len(group: usize, parts: usize) -> usize {
+    assert!(parts > 0 && group.is_multiple_of(parts), "parts of a group");
+    parts * BLOCK_CELLS * k::padded_queries(group / parts)
+}
+
+/// Floats of the scores a split decode step of one row that sees `cells` keeps per KV head, for
+/// `parts` parts of a group of `group` query heads: [`split_scores`]' output, [`split_sums`]'
+/// input.
+pub fn split_len(cells: &[u32], group: usize, parts: usize) -> usize {
+    row_blocks(cells) * split_block_len(group, parts)
+}
+
+/// Where the scores [`split_scores`] writes for part `part` of `parts` lie in the row's
+/// [`split_len`].
+pub fn split_part(cells: &[u32], group: usize, part: usize, parts: usize) -> Range<usize> {
+    let per_block = split_block_len(group, parts);
+    let blocks = part_blocks(row_blocks(cells), part, parts);
+    blocks.start * per_block..blocks.end * per_block
+}
+
+/// Floats of the maxima [`split_scores`] writes per part: the group's query lanes.
+pub fn split_maxima_len(group: usize) -> usize {
+    k::padded_queries(group)
+}
+
+/// Decode attention of one row split over `parts` tasks twice, for a KV head whose queries are
+/// fewer than the threads (Gemma 3: one KV head of 4 query heads): where tasks that each take
+/// some of the group's heads would each read and convert every key of the KV head, the first
+/// step's task `part` takes every head's scores over its part of the cells (this function), the
+/// second step's task `part` the weights and weighted sums of its `group / parts` heads over all
+/// cells ([`split_sums`]). Each query sees the operations of [`attend_head`] in the same order:
+/// the same bits as [`attend_tile`].
+///
+/// `q` holds the row's query heads; `cells` the cells it sees (ascending); `kvh` the KV head;
+/// `s` this part's [`split_part`] of the row's scores; `m` takes this part's maximum score of
+/// each of the group's query lanes ([`split_maxima_len`]).
+#[allow(clippy::too_many_arguments)]
+pub fn split_scores(
+    isa: Isa,
+    q: &[f32],
+    kv: KvView,
+    cells: &[u32],
+    shape: &AttnShape,
+    kvh: usize,
+    (part, parts): (usize, usize),
+    scratch: &mut TileScratch,
+    s: &mut [f32],
+    m: &mut [f32],
+) {
+    let group = shape.n_head / shape.n_kv_head.max(1);
+    let plan = Plan::new(isa, kv, &[cells], shape, kvh * group..(kvh + 1) * group);
+    let sc = scratch;
+    let blocks = part_blocks(plan.blocks.len(), part, parts);
+    let blocks = plan.blocks.start + blocks.start..plan.blocks.start + blocks.end;
+    let (step, nqp) = (group / parts, plan.nqp);
+    let nqp_part = k::padded_queries(step);
+    let part_len = BLOCK_CELLS * nqp_part;
+    assert_eq!(s.len(), blocks.len() * parts * part_len, "split scores' size");
+    assert_eq!(m.len(), nqp, "split maxima's size");
+    m.fill(f32::NEG_INFINITY);
+    plan.queries(&[q], sc);
+    plan.masks(&[cells], blocks.clone(), sc);
+    let mut block = std::mem::take(&mut sc.s);
+    block.resize(plan.block_len(), 0.0);
+    let mut keys = std::mem::take(&mut sc.k);
+    for (bi, b) in blocks.enumerate() {
+        let masks = &sc.masks[bi..bi + 1];
+        if let Some(sp) = Plan::span(masks) {
+            plan.block_scores(&sc.qt, masks, b, sp, &mut keys, &mut block);
+            k::block_max(isa, &block, nqp, sp.1, m);
+            // Each part's heads to its own lanes (the padding lanes zero).
+            for (p, dst) in s[bi * parts * part_len..(bi + 1) * parts * part_len]
+                .chunks_exact_mut(part_len)
+                .enumerate()
+            {
+                for (src, dst) in block
+                    .chunks_exact(nqp)
+                    .zip(dst.chunks_exact_mut(nqp_part))
+                    .take(sp.1)
+                {
+                    dst[..step].copy_from_slice(&src[p * step..(p + 1) * step]);
+                    dst[step..].fill(0.0);
                 }
-                continue;
             }
-            load_rows(
-                isa,
-                kv.ty,
-                kv.v,
-                rows.v(),
-                kvh,
-                c0..c0 + nc,
-                hi,
-                (dv, dvp),
-                false,
-                &mut sc.v,
-            );
-            let s = &sc.s[at(bi)..at(bi) + block_len];
-            k::weighted_values(isa, s, nqp, nq, &sc.v, dvp, nc, &mut sc.acc);
         }
     }
-    // The sums by query (transposed if they are by value), each query's row out.
-    let by_query = if layout.by_value() {
-        sc.by_query.resize(nqp * dvp, 0.0);
-        k::transpose(isa, &sc.acc, dvp, nqp, &mut sc.by_query);
-        &sc.by_query
-    } else {
-        &sc.acc
-    };
-    for (i, (acc, &l)) in by_query.chunks_exact(dvp).zip(&sc.l).take(nq).enumerate() {
-        let o = out(i / n_heads, heads.start + i % n_heads);
-        if l == 0.0 {
-            o.fill(0.0);
-        } else {
-            let inv = 1.0 / l;
-            o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a * inv);
+    sc.k = keys;
+    sc.s = block;
+}
+
+/// The second step of a split decode step (see [`split_scores`]): query heads `heads` (part
+/// `heads.start % group / heads.len()` of the group) of the row over all its cells, from the
+/// row's scores `s` (its [`split_len`], every part's written) and every part's maxima `m` (one
+/// after the other); writes `head_dim_v` values per head through `out(0, h)`.
+#[allow(clippy::too_many_arguments)]
+pub fn split_sums<'o>(
+    isa: Isa,
+    kv: KvView,
+    cells: &[u32],
+    shape: &AttnShape,
+    heads: Range<usize>,
+    s: &[f32],
+    m: &[f32],
+    scratch: &mut TileScratch,
+    out: impl FnMut(usize, usize) -> &'o mut [f32],
+) {
+    let group = shape.n_head / shape.n_kv_head.max(1);
+    let plan = Plan::new(isa, kv, &[cells], shape, heads.clone());
+    let sc = scratch;
+    let step = heads.len();
+    assert!(group.is_multiple_of(step), "parts of a group");
+    let (parts, part) = (group / step, heads.start % group / step);
+    let nqp_group = k::padded_queries(group);
+    let part_len = plan.block_len();
+    assert_eq!(s.len(), split_len(cells, group, parts), "split scores' size");
+    assert_eq!(m.len(), parts * nqp_group, "split maxima's size");
+    plan.start_sums(sc);
+    // The maxima of this part's heads over every part's cells (exact in any order).
+    for (j, m_out) in sc.m[..step].iter_mut().enumerate() {
+        *m_out = m
+            .chunks_exact(nqp_group)
+            .fold(f32::NEG_INFINITY, |a, mp| a.max(mp[part * step + j]));
+    }
+    sc.m[step..].fill(0.0);
+    finish_maxima(&mut sc.m);
+    plan.masks(&[cells], plan.blocks.clone(), sc);
+    let mut block = std::mem::take(&mut sc.s);
+    block.resize(part_len, 0.0);
+    for (bi, b) in plan.blocks.clone().enumerate() {
+        if let Some(sp) = Plan::span(&sc.masks[bi..bi + 1]) {
+            let at = (bi * parts + part) * part_len;
+            block[..sp.1 * plan.nqp].copy_from_slice(&s[at..at + sp.1 * plan.nqp]);
+            plan.block_sums(b, sp, &mut block, sc);
         }
     }
+    sc.s = block;
+    plan.outputs(sc, out);
 }
 
 #[cfg(test)]
@@ -812,6 +1067,115 @@ mod tests {
                     kvh * g..(kvh + 1) * g,
                     &mut scratch,
                     |r, h| slots[r * nh + h].take().expect("each output once"),
+                );
+            }
+        }
+        got
+    }
+
+    /// A decode step split over tasks twice (scores by cells, then sums by heads), in every
+    /// split of the group, on every tier: the bits of the scalar per-head reference. F16 and Q8_0
+    /// caches, Gemma 3's one KV head of 4 heads of 256 and smaller shapes, soft-capping, contexts
+    /// from one cell to several blocks, with cells of other sequences and a window left out.
+    #[test]
+    fn split_decode_matches_per_head_attention() {
+        let mut seed = 17;
+        let cases = [
+            (GgmlType::F16, 256, 256, 4, 1, 0.0),
+            (GgmlType::F16, 64, 64, 8, 2, 0.0),
+            (GgmlType::F16, 40, 24, 6, 1, 30.0),
+            (GgmlType::Q8_0, 64, 64, 4, 2, 0.0),
+        ];
+        for (ty, dk, dv, nh, nkv, softcap) in cases {
+            let shape = AttnShape {
+                n_head: nh,
+                n_kv_head: nkv,
+                head_dim_k: dk,
+                head_dim_v: dv,
+                kq_scale: 1.0 / (dk as f32).sqrt(),
+                softcap,
+            };
+            let group = nh / nkv;
+            for n_cells in [1usize, 70, 300] {
+                let head_k = ty.row_bytes(dk as u64).unwrap() as usize;
+                let head_v = ty.row_bytes(dv as u64).unwrap() as usize;
+                let mut kb = vec![0u8; nkv * n_cells * head_k];
+                let mut vb = vec![0u8; nkv * n_cells * head_v];
+                for c in kb.chunks_exact_mut(head_k) {
+                    quantize_row(ty, &random(dk, &mut seed), c);
+                }
+                for c in vb.chunks_exact_mut(head_v) {
+                    quantize_row(ty, &random(dv, &mut seed), c);
+                }
+                let kv = KvView { ty, k: &kb, v: &vb };
+                let t = n_cells - 1;
+                for window in [None, Some(100usize)] {
+                    let cells: Vec<u32> = (0..=t)
+                        .filter(|&c| (c % 7 != 3 || c == t) && window.is_none_or(|w| t - c < w))
+                        .map(|c| c as u32)
+                        .collect();
+                    let q: Vec<f32> = random(nh * dk, &mut seed).iter().map(|x| x * 3.0).collect();
+                    let mut want = vec![0f32; nh * dv];
+                    attend(&q, kv, &cells, &shape, &mut Scratch::default(), &mut want);
+                    for isa in Isa::supported() {
+                        for parts in (1..=group).filter(|p| group.is_multiple_of(*p)) {
+                            let got = split(isa, &q, kv, &cells, &shape, parts);
+                            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    a.to_bits() == b.to_bits(),
+                                    "{isa} {parts} parts: {ty:?} dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One row's outputs through [`split_scores`] and [`split_sums`] in `parts` parts per KV
+    /// head, the parts of each step taken in reverse order (as threads might).
+    fn split(isa: Isa, q: &[f32], kv: KvView, cells: &[u32], shape: &AttnShape, parts: usize) -> Vec<f32> {
+        let (nh, dv) = (shape.n_head, shape.head_dim_v);
+        let group = nh / shape.n_kv_head;
+        let m_len = split_maxima_len(group);
+        let mut got = vec![0f32; nh * dv];
+        let mut scratch = TileScratch::default();
+        for kvh in 0..shape.n_kv_head {
+            let mut s = vec![f32::NAN; split_len(cells, group, parts)];
+            let mut m = vec![f32::NAN; parts * m_len];
+            for p in (0..parts).rev() {
+                let at = split_part(cells, group, p, parts);
+                split_scores(
+                    isa,
+                    q,
+                    kv,
+                    cells,
+                    shape,
+                    kvh,
+                    (p, parts),
+                    &mut scratch,
+                    &mut s[at],
+                    &mut m[p * m_len..(p + 1) * m_len],
+                );
+            }
+            let step = group / parts;
+            for p in (0..parts).rev() {
+                let h0 = kvh * group + p * step;
+                let mut slots: Vec<Option<&mut [f32]>> = got.chunks_exact_mut(dv).map(Some).collect();
+                split_sums(
+                    isa,
+                    kv,
+                    cells,
+                    shape,
+                    h0..h0 + step,
+                    &s,
+                    &m,
+                    &mut scratch,
+                    |r, h| {
+                        assert_eq!(r, 0);
+                        slots[h].take().expect("each output once")
+                    },
                 );
             }
         }
