@@ -237,10 +237,10 @@ fn sliding_window_layers_keep_a_small_cache() {
 }
 
 /// Decode steps past a thousand cells split a KV head's attention over the threads twice (scores
-/// by cells, then sums by heads: `split_decode_attention`); their logits keep the bits of the
-/// same positions in one batch (which does not split), for one sequence and for two sequences
-/// stepped together (4 threads: one task per sequence, KV head and part), whose cells do not
-/// start on a block.
+/// by cells, then sums by values: `split_decode_attention`, on tiers that read f16 values as
+/// they are, AVX-512); their logits keep the bits of the same positions in one batch (which
+/// does not split), for one sequence and for two sequences stepped together (4 threads: one
+/// task per sequence, KV head and part), whose cells do not start on a block.
 #[test]
 fn long_decode_steps_give_the_bits_of_a_batch() {
     let dir = tempfile::tempdir().unwrap();

@@ -353,10 +353,12 @@ pub fn values_from_f16(isa: Isa, nqp: usize, dv: usize) -> bool {
         && !AccLayout::new(isa, nqp, dv).by_value
 }
 
-/// [`weighted_values`] from f16 value rows (`v`: `nc` rows of `dv` little-endian f16 values)
-/// converted as they are loaded, not into a block of f32 first (the same bits), where
-/// [`values_from_f16`] holds. A decode step's weighted values were load and store bound: the
-/// conversion stored every value row once more and the sums loaded it again.
+/// [`weighted_values`] from f16 value rows converted as they are loaded, not into a block of f32
+/// first (the same bits), where [`values_from_f16`] holds: `nc` rows of `dv` little-endian f16
+/// values, `stride` values apart from the start of `v` (`dv` for whole rows; a split decode step
+/// takes some of each row's values, [`crate::ops::attention::split_sums`]). A decode step's
+/// weighted values were load and store bound: the conversion stored every value row once more
+/// and the sums loaded it again.
 #[allow(clippy::too_many_arguments)]
 pub fn weighted_values_f16(
     isa: Isa,
@@ -364,17 +366,19 @@ pub fn weighted_values_f16(
     nqp: usize,
     nq: usize,
     v: &[u8],
-    dv: usize,
+    (stride, dv): (usize, usize),
     nc: usize,
     acc: &mut [f32],
 ) {
     assert!(values_from_f16(isa, nqp, dv), "attn: f16 value rows on {isa}");
-    assert!(nq <= nqp && p.len() >= nc * nqp && v.len() >= 2 * nc * dv && acc.len() >= nqp * dv);
+    assert!(stride >= dv, "attn: value rows overlap");
+    let rows_len = if nc == 0 { 0 } else { 2 * ((nc - 1) * stride + dv) };
+    assert!(nq <= nqp && p.len() >= nc * nqp && v.len() >= rows_len && acc.len() >= nqp * dv);
     // SAFETY: the tier is the active one (`values_from_f16`: AVX-512, supported) and the sizes
     // are checked above.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        x86::values_f16_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), dv, nc, acc.as_mut_ptr())
+        x86::values_f16_avx512(p.as_ptr(), nqp, nq, v.as_ptr(), stride, dv, nc, acc.as_mut_ptr())
     }
 }
 
@@ -656,6 +660,7 @@ mod lanes {
         nqp: usize,
         i: usize,
         v: *const u8,
+        vs: usize,
         dvp: usize,
         live: &[u32],
         acc: *mut f32,
@@ -672,7 +677,7 @@ mod lanes {
             let w = p.add(c * nqp + i);
             let mut vv = [V::zero(); E];
             for (x, vv) in vv.iter_mut().enumerate() {
-                let at = c * dvp + e0 + V::W * x;
+                let at = c * vs + e0 + V::W * x;
                 *vv = if F16 {
                     V::load_f16(v.add(2 * at))
                 } else {
@@ -706,6 +711,7 @@ mod lanes {
         nqp: usize,
         i: usize,
         v: *const u8,
+        vs: usize,
         dvp: usize,
         nc: usize,
         acc: *mut f32,
@@ -720,15 +726,15 @@ mod lanes {
                 n += usize::from(bits != 0);
             }
             let live = &live[..n];
-            let (p, v) = (p.add(c0 * nqp), v.add(c0 * dvp * if F16 { 2 } else { 4 }));
+            let (p, v) = (p.add(c0 * nqp), v.add(c0 * vs * if F16 { 2 } else { 4 }));
             let mut e0 = 0;
             while e0 < dvp {
                 let e = ((dvp - e0) / V::W).min(if Q > 4 { 2 } else { 4 });
                 match e {
-                    1 => values_tile::<V, Q, 1, F16>(p, nqp, i, v, dvp, live, acc, e0),
-                    2 => values_tile::<V, Q, 2, F16>(p, nqp, i, v, dvp, live, acc, e0),
-                    3 => values_tile::<V, Q, 3, F16>(p, nqp, i, v, dvp, live, acc, e0),
-                    _ => values_tile::<V, Q, 4, F16>(p, nqp, i, v, dvp, live, acc, e0),
+                    1 => values_tile::<V, Q, 1, F16>(p, nqp, i, v, vs, dvp, live, acc, e0),
+                    2 => values_tile::<V, Q, 2, F16>(p, nqp, i, v, vs, dvp, live, acc, e0),
+                    3 => values_tile::<V, Q, 3, F16>(p, nqp, i, v, vs, dvp, live, acc, e0),
+                    _ => values_tile::<V, Q, 4, F16>(p, nqp, i, v, vs, dvp, live, acc, e0),
                 }
                 e0 += e * V::W;
             }
@@ -736,13 +742,14 @@ mod lanes {
     }
 
     /// `QV` queries share each cell's value loads (as many as the tier's registers hold). The
-    /// value rows are f32, or f16 with `F16`.
+    /// value rows are f32, or f16 with `F16`, `vs` values apart (`dvp` of each read).
     #[inline(always)]
     pub(super) unsafe fn values<V: Lanes, const QV: usize, const F16: bool>(
         p: *const f32,
         nqp: usize,
         nq: usize,
         v: *const u8,
+        vs: usize,
         dvp: usize,
         nc: usize,
         acc: *mut f32,
@@ -754,10 +761,10 @@ mod lanes {
         // 6.01 / 6.00 -> 4.75 / 4.76 as 4 + 3 queries.
         if V::W == 16 && (5..=8).contains(&nq) {
             match nq {
-                5 => values_rows::<V, 5, F16>(p, nqp, 0, v, dvp, nc, acc),
-                6 => values_rows::<V, 6, F16>(p, nqp, 0, v, dvp, nc, acc),
-                7 => values_rows::<V, 7, F16>(p, nqp, 0, v, dvp, nc, acc),
-                _ => values_rows::<V, 8, F16>(p, nqp, 0, v, dvp, nc, acc),
+                5 => values_rows::<V, 5, F16>(p, nqp, 0, v, vs, dvp, nc, acc),
+                6 => values_rows::<V, 6, F16>(p, nqp, 0, v, vs, dvp, nc, acc),
+                7 => values_rows::<V, 7, F16>(p, nqp, 0, v, vs, dvp, nc, acc),
+                _ => values_rows::<V, 8, F16>(p, nqp, 0, v, vs, dvp, nc, acc),
             }
             return;
         }
@@ -767,10 +774,10 @@ mod lanes {
         while i < nq {
             let q = (nq - i).min(QV);
             match q {
-                1 => values_rows::<V, 1, F16>(p, nqp, i, v, dvp, nc, acc),
-                2 => values_rows::<V, 2, F16>(p, nqp, i, v, dvp, nc, acc),
-                3 => values_rows::<V, 3, F16>(p, nqp, i, v, dvp, nc, acc),
-                _ => values_rows::<V, QV, F16>(p, nqp, i, v, dvp, nc, acc),
+                1 => values_rows::<V, 1, F16>(p, nqp, i, v, vs, dvp, nc, acc),
+                2 => values_rows::<V, 2, F16>(p, nqp, i, v, vs, dvp, nc, acc),
+                3 => values_rows::<V, 3, F16>(p, nqp, i, v, vs, dvp, nc, acc),
+                _ => values_rows::<V, QV, F16>(p, nqp, i, v, vs, dvp, nc, acc),
             }
             i += q;
         }
@@ -897,7 +904,7 @@ mod neon {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V128, 4, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
+        lanes::values::<V128, 4, false>(p, nqp, nq, v as *const u8, dvp, dvp, nc, acc)
     }
 }
 
@@ -1405,7 +1412,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V512, 4, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
+        lanes::values::<V512, 4, false>(p, nqp, nq, v as *const u8, dvp, dvp, nc, acc)
     }
 
     /// [`values_avx512`] from f16 value rows.
@@ -1415,11 +1422,12 @@ mod x86 {
         nqp: usize,
         nq: usize,
         v: *const u8,
+        vs: usize,
         dvp: usize,
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V512, 4, true>(p, nqp, nq, v, dvp, nc, acc)
+        lanes::values::<V512, 4, true>(p, nqp, nq, v, vs, dvp, nc, acc)
     }
 
     /// The weighted values by value (see `AccLayout`): up to 4 query vectors at a time, which
@@ -1478,7 +1486,7 @@ mod x86 {
         nc: usize,
         acc: *mut f32,
     ) {
-        lanes::values::<V256, 2, false>(p, nqp, nq, v as *const u8, dvp, nc, acc)
+        lanes::values::<V256, 2, false>(p, nqp, nq, v as *const u8, dvp, dvp, nc, acc)
     }
 
     /// Transposes the 16 x 16 block of rows `src + r * src_stride` into rows

@@ -17,8 +17,8 @@ use super::Model;
 use crate::kernels::Isa;
 use crate::kv::{KvCache, Pos, SeqId};
 use crate::ops::attention::{
-    attend_tile, split_len, split_maxima_len, split_part, split_scores, split_sums, AttnShape, KvView,
-    TileScratch, TILE_ROWS,
+    attend_tile, can_split, split_dims, split_len, split_maxima_len, split_part, split_scores, split_sums,
+    AttnShape, KvView, TileScratch, TILE_ROWS,
 };
 use crate::ops::matmul::{matmul_many, ROWS_PER_TASK};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
@@ -188,23 +188,27 @@ fn decode_head_step(group: usize, n_kv: usize, n_threads: usize) -> usize {
 }
 
 /// Fewest cells a decode row sees for its attention to go through [`split_decode_attention`]:
-/// below, the second parallel step costs about what the keys it saves converting do. Gemma 3
-/// 270M on 2 threads, split against not, token by token alternated (1000 steps): with this
-/// bound (only its global layers split) 1.000 / 1.004 after 1024 tokens, 1.007 / 1.007 after
-/// 2048, 1.017 / 1.017 / 1.014 after 4096, 1.045 / 1.055 after 16384; with 256 (its 512-cell
-/// windowed layers too) 1.002 / 1.002 after 4096.
+/// below, the second parallel step costs about what the rows it saves converting do. Gemma 3
+/// 270M on 2 threads, split against not, token by token alternated (1000 steps; each figure
+/// with the two orders of alternation, which bias it by up to 3%): with this bound (only its
+/// global layers split) 1.004 / 1.010 after 1024 tokens, 1.012 / 1.017 after 2048, 1.052 /
+/// 1.046 after 4096, 1.114 / 1.117 after 16384 (400 steps); with 256 (its 512-cell windowed
+/// layers too) 1.067 / 1.041 after 4096, against 1.065 / 1.055 with this bound in the same
+/// minutes.
 const SPLIT_MIN_CELLS: usize = 1024;
 /// Most scores (f32) per row and KV head a split decode step keeps between its steps (4 MiB;
-/// Gemma 3's 2 parts hold 1 KiB per block of cells: 64k cells). Longer rows take the plain
-/// head split.
+/// Gemma 3's 4 heads take 8 query lanes, 2 KiB per block of cells: 128k cells). Longer rows
+/// take the plain head split.
 const SPLIT_MAX_SCORES: usize = 1 << 20;
 
-/// Decode attention of `rows` (one row per tile) whose KV heads' query heads split into `parts`
-/// tasks each, in two parallel steps: each part takes every query head's scores over its part of
-/// the cells ([`split_scores`]), then the weights and weighted sums of its heads over all cells
-/// ([`split_sums`]). Where each part took its heads' scores over all cells, every part read and
-/// converted every key of its KV head: Gemma 3 270M (one KV head of 4 heads of 256) on two
-/// threads, `attn_bench` at 4096 cells, 0.195 ms per layer for 2 heads against 0.239 for all 4.
+/// Decode attention of `rows` (one row per tile) whose KV heads' query heads would split into
+/// `parts` tasks each, in two parallel steps: each part takes every query head's scores over its
+/// part of the cells ([`split_scores`]), then every head's weights and weighted sums of its part
+/// of the values over all cells ([`split_sums`]). Where each part took some heads over all cells,
+/// every part read and converted every key and value row of its KV head: Gemma 3 270M (one KV
+/// head of 4 heads of 256) on two threads, one layer at 4096 cells on one thread, 0.195 ms for 2
+/// heads against 0.239 for all 4; the split's steps take 0.096-0.100 ms (scores) and 0.042-0.043
+/// (sums) per part.
 /// `split_s` and `split_m` hold the scores and maxima between the steps; `dst` is the attention
 /// output of `rows`.
 #[allow(clippy::too_many_arguments)]
@@ -220,7 +224,6 @@ fn split_decode_attention(
 ) {
     let (nh, nkv, dk, dv) = (shape.n_head, shape.n_kv_head, shape.head_dim_k, shape.head_dim_v);
     let group = nh / nkv;
-    let step = group / parts;
     let isa = Isa::active();
     let m_len = split_maxima_len(group);
     // Row j's scores, KV head after KV head, from `starts[j]` (every part of every row's KV head
@@ -229,7 +232,7 @@ fn split_decode_attention(
     let mut total = 0;
     for &t in rows {
         starts.push(total);
-        total += nkv * split_len(&visible[t], group, parts);
+        total += nkv * split_len(&visible[t], group);
     }
     split_s.resize(total, 0.0);
     // Task i = (row j, KV head, part) in that order writes maxima i.
@@ -244,7 +247,7 @@ fn split_decode_attention(
                 for i in items {
                     let (j, kvh, p) = task(i);
                     let (t, cells) = (rows[j], &visible[rows[j]]);
-                    let base = starts[j] + kvh * split_len(cells, group, parts);
+                    let base = starts[j] + kvh * split_len(cells, group);
                     let at = split_part(cells, group, p, parts);
                     // SAFETY: task i alone writes part p of (row j, KV head kvh)'s scores and
                     // maxima i, inside `split_s` (`total`) and `split_m`, which outlive the step.
@@ -268,15 +271,18 @@ fn split_decode_attention(
                 for i in items {
                     let (j, kvh, p) = task(i);
                     let cells = &visible[rows[j]];
-                    let len = split_len(cells, group, parts);
+                    let len = split_len(cells, group);
                     let s = &split_s[starts[j] + kvh * len..][..len];
                     let first = i - p;
                     let m = &split_m[first * m_len..(first + parts) * m_len];
-                    let h0 = kvh * group + p * step;
-                    split_sums(isa, cache, cells, shape, h0..h0 + step, s, m, scratch, |_, h| {
-                        // SAFETY: (row j, head h) is written by this task alone, in bounds of
-                        // the attention output, which outlives the step.
-                        unsafe { std::slice::from_raw_parts_mut(dst.get().add((j * nh + h) * dv), dv) }
+                    let dims = split_dims(dv, p, parts);
+                    let (at, width) = (dims.start, dims.len());
+                    split_sums(isa, cache, cells, shape, kvh, dims, s, m, scratch, |h| {
+                        // SAFETY: values `dims` of (row j, head h) are written by this task
+                        // alone, in bounds of the attention output, which outlives the step.
+                        unsafe {
+                            std::slice::from_raw_parts_mut(dst.get().add((j * nh + h) * dv + at), width)
+                        }
                     });
                 }
             })
@@ -452,8 +458,8 @@ impl Model {
             // Tasks: (tile of rows, KV head), so that a KV head's query heads share its K/V
             // rows; where every tile is one row (decode steps), a KV head's query heads may
             // split into parts where that fills idle threads (`decode_head_step`), and then,
-            // past a few blocks of cells, the parts split the scores by cells first
-            // (`split_decode_attention`).
+            // past a thousand cells, the parts take the scores by cells, then the sums by
+            // values instead (`split_decode_attention`).
             let tiles = seq_tiles(&rows, ub.seq);
             let group = nh / nkv;
             let n_threads = threads::with_current(|tp| tp.n_threads());
@@ -464,10 +470,11 @@ impl Model {
             };
             let parts = group / head_step;
             let split = parts > 1
+                && can_split(Isa::active(), cache.ty, group, dv, parts)
                 && rows.iter().any(|&t| visible[t].len() >= SPLIT_MIN_CELLS)
                 && rows
                     .iter()
-                    .all(|&t| split_len(&visible[t], group, parts) <= SPLIT_MAX_SCORES);
+                    .all(|&t| split_len(&visible[t], group) <= SPLIT_MAX_SCORES);
             if split {
                 let bufs = (&mut split_s, &mut split_m);
                 split_decode_attention(q, &rows, visible, cache, &shape, parts, bufs, dst);

@@ -364,6 +364,9 @@ struct Plan<'a> {
     /// F16 values go into the weighted sums as they are where the tier converts them as it
     /// loads them; otherwise a block's rows are converted to f32 first.
     f16_values: bool,
+    /// The values of each head the outputs take: all of them, but for a split decode step's
+    /// parts ([`split_sums`]).
+    dims: Range<usize>,
     /// One past the last visible cell: the readers ask ahead for the next block up to it.
     hi: usize,
     /// The blocks that hold visible cells.
@@ -423,9 +426,21 @@ impl<'a> Plan<'a> {
             round_f16: kv.ty == GgmlType::F16,
             paired: kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk),
             f16_values: kv.ty == GgmlType::F16 && k::values_from_f16(isa, nqp, dv),
+            dims: 0..dv,
             hi,
             blocks,
         }
+    }
+
+    /// The plan for values `dims` of each head only (a part of a split decode step), which the
+    /// weighted sums take from f16 rows as they are.
+    fn with_dims(mut self, dims: Range<usize>) -> Plan<'a> {
+        assert!(dims.end <= self.shape.head_dim_v && !dims.is_empty());
+        self.f16_values = self.kv.ty == GgmlType::F16 && k::values_from_f16(self.isa, self.nqp, dims.len());
+        assert!(self.f16_values, "parts of value rows only as f16 rows");
+        self.dvp = dims.len();
+        self.dims = dims;
+        self
     }
 
     /// Floats of one block's scores: [`BLOCK_CELLS`] cells of `nqp` query lanes.
@@ -566,15 +581,17 @@ impl<'a> Plan<'a> {
             let ahead = next_block(kv.v, (head, n_cells), self.kvh, c0..c0 + nc, self.hi);
             let v = run(kv.v, head, n_cells, self.kvh, c0..c0 + nc);
             // Piece by piece, each after asking for the same rows of the next block; the sums go
-            // on from one piece to the next in cell order.
+            // on from one piece to the next in cell order. Values `dims` of each row.
             let piece = (VALUE_PIECE_BYTES / head).max(1);
+            let (skip, width) = (2 * self.dims.start, self.dims.len());
             for r0 in (0..nc).step_by(piece) {
                 let r1 = (r0 + piece).min(nc);
                 if let Some(a) = ahead.get(r0 * head..) {
                     k::prefetch(&a[..a.len().min((r1 - r0) * head)]);
                 }
-                let v = &v[r0 * head..r1 * head];
-                k::weighted_values_f16(isa, &s[r0 * nqp..], nqp, nq, v, dv, r1 - r0, &mut sc.acc);
+                let v = &v[r0 * head + skip..r1 * head];
+                let s = &s[r0 * nqp..];
+                k::weighted_values_f16(isa, s, nqp, nq, v, (dv, width), r1 - r0, &mut sc.acc);
             }
         } else {
             let range = c0..c0 + nc;
@@ -595,9 +612,9 @@ impl<'a> Plan<'a> {
     }
 
     /// Each query's weighted sum times the inverse of its weights' sum, through `out(row,
-    /// head)` (zeros for a query that saw nothing).
+    /// head)` (zeros for a query that saw nothing): its values [`Plan::dims`].
     fn outputs<'o>(&self, sc: &mut TileScratch, mut out: impl FnMut(usize, usize) -> &'o mut [f32]) {
-        let (isa, nqp, dvp, dv) = (self.isa, self.nqp, self.dvp, self.shape.head_dim_v);
+        let (isa, nqp, dvp, width) = (self.isa, self.nqp, self.dvp, self.dims.len());
         // The sums by query (transposed if they are by value).
         let by_query = if k::AccLayout::new(isa, nqp, dvp).by_value() {
             sc.by_query.resize(nqp * dvp, 0.0);
@@ -609,11 +626,12 @@ impl<'a> Plan<'a> {
         let n_heads = self.heads.len();
         for (i, (acc, &l)) in by_query.chunks_exact(dvp).zip(&sc.l).take(self.nq).enumerate() {
             let o = out(i / n_heads, self.heads.start + i % n_heads);
+            assert_eq!(o.len(), width, "an output of the plan's values");
             if l == 0.0 {
                 o.fill(0.0);
             } else {
                 let inv = 1.0 / l;
-                o.iter_mut().zip(&acc[..dv]).for_each(|(o, &a)| *o = a * inv);
+                o.iter_mut().zip(&acc[..width]).for_each(|(o, &a)| *o = a * inv);
             }
         }
     }
@@ -724,25 +742,16 @@ fn row_blocks(cells: &[u32]) -> usize {
     }
 }
 
-/// Floats per block of the scores a split decode step keeps between its two parallel steps, per
-/// KV head, for `parts` parts of a group of `group` query heads: each part's heads in query lanes
-/// of their own.
-fn split_block_len(group: usize, parts: usize) -> usize {
-    assert!(parts > 0 && group.is_multiple_of(parts), "parts of a group");
-    parts * BLOCK_CELLS * k::padded_queries(group / parts)
-}
-
-/// Floats of the scores a split decode step of one row that sees `cells` keeps per KV head, for
-/// `parts` parts of a group of `group` query heads: [`split_scores`]' output, [`split_sums`]'
-/// input.
-pub fn split_len(cells: &[u32], group: usize, parts: usize) -> usize {
-    row_blocks(cells) * split_block_len(group, parts)
+/// Floats of the scores a split decode step of one row that sees `cells` keeps per KV head of
+/// `group` query heads between its two steps: [`split_scores`]' output, [`split_sums`]' input.
+pub fn split_len(cells: &[u32], group: usize) -> usize {
+    row_blocks(cells) * BLOCK_CELLS * k::padded_queries(group)
 }
 
 /// Where the scores [`split_scores`] writes for part `part` of `parts` lie in the row's
 /// [`split_len`].
 pub fn split_part(cells: &[u32], group: usize, part: usize, parts: usize) -> Range<usize> {
-    let per_block = split_block_len(group, parts);
+    let per_block = BLOCK_CELLS * k::padded_queries(group);
     let blocks = part_blocks(row_blocks(cells), part, parts);
     blocks.start * per_block..blocks.end * per_block
 }
@@ -752,13 +761,33 @@ pub fn split_maxima_len(group: usize) -> usize {
     k::padded_queries(group)
 }
 
-/// Decode attention of one row split over `parts` tasks twice, for a KV head whose queries are
-/// fewer than the threads (Gemma 3: one KV head of 4 query heads): where tasks that each take
-/// some of the group's heads would each read and convert every key of the KV head, the first
-/// step's task `part` takes every head's scores over its part of the cells (this function), the
-/// second step's task `part` the weights and weighted sums of its `group / parts` heads over all
-/// cells ([`split_sums`]). Each query sees the operations of [`attend_head`] in the same order:
-/// the same bits as [`attend_tile`].
+/// The values of each head that part `part` of `parts` of a split decode step's second step
+/// takes, of `dv`: whole vectors of [`LANES`], about as many per part.
+pub fn split_dims(dv: usize, part: usize, parts: usize) -> Range<usize> {
+    let n = dv / LANES;
+    LANES * (n * part / parts)..LANES * (n * (part + 1) / parts)
+}
+
+/// Whether a decode step of a KV head of `group` query heads of `dv` values may split into
+/// `parts` parts on `isa` with a cache of `ty`: every part takes some values, as f16 rows the
+/// tier reads as they are (AVX-512, an F16 cache). Elsewhere each part would convert every value
+/// row: no better than a part per query heads.
+pub fn can_split(isa: Isa, ty: GgmlType, group: usize, dv: usize, parts: usize) -> bool {
+    let nqp = k::padded_queries(group);
+    ty == GgmlType::F16
+        && dv.is_multiple_of(LANES)
+        && (1..=dv / LANES).contains(&parts)
+        && (0..parts).all(|p| k::values_from_f16(isa, nqp, split_dims(dv, p, parts).len()))
+}
+
+/// Decode attention of one row split over `parts` tasks twice, for a KV head whose query heads
+/// are fewer than the threads (Gemma 3: one KV head of 4 query heads): where tasks that each took
+/// some of the group's heads each read and converted every key of the KV head and every value
+/// row, the first step's task `part` takes every head's scores over its part of the cells (this
+/// function), the second step's task `part` every head's weights and weighted sums of its part
+/// of the values over all cells ([`split_sums`]). Each query sees the operations of
+/// [`attend_head`] in the same order: the same bits as [`attend_tile`]. Only where
+/// [`can_split`] holds.
 ///
 /// `q` holds the row's query heads; `cells` the cells it sees (ascending); `kvh` the KV head;
 /// `s` this part's [`split_part`] of the row's scores; `m` takes this part's maximum score of
@@ -781,89 +810,67 @@ pub fn split_scores(
     let sc = scratch;
     let blocks = part_blocks(plan.blocks.len(), part, parts);
     let blocks = plan.blocks.start + blocks.start..plan.blocks.start + blocks.end;
-    let (step, nqp) = (group / parts, plan.nqp);
-    let nqp_part = k::padded_queries(step);
-    let part_len = BLOCK_CELLS * nqp_part;
-    assert_eq!(s.len(), blocks.len() * parts * part_len, "split scores' size");
-    assert_eq!(m.len(), nqp, "split maxima's size");
+    let block_len = plan.block_len();
+    assert_eq!(s.len(), blocks.len() * block_len, "split scores' size");
+    assert_eq!(m.len(), plan.nqp, "split maxima's size");
     m.fill(f32::NEG_INFINITY);
     plan.queries(&[q], sc);
     plan.masks(&[cells], blocks.clone(), sc);
-    let mut block = std::mem::take(&mut sc.s);
-    block.resize(plan.block_len(), 0.0);
     let mut keys = std::mem::take(&mut sc.k);
-    for (bi, b) in blocks.enumerate() {
+    for ((bi, b), s) in blocks.enumerate().zip(s.chunks_exact_mut(block_len)) {
         let masks = &sc.masks[bi..bi + 1];
         if let Some(sp) = Plan::span(masks) {
-            plan.block_scores(&sc.qt, masks, b, sp, &mut keys, &mut block);
-            k::block_max(isa, &block, nqp, sp.1, m);
-            // Each part's heads to its own lanes (the padding lanes zero).
-            for (p, dst) in s[bi * parts * part_len..(bi + 1) * parts * part_len]
-                .chunks_exact_mut(part_len)
-                .enumerate()
-            {
-                for (src, dst) in block
-                    .chunks_exact(nqp)
-                    .zip(dst.chunks_exact_mut(nqp_part))
-                    .take(sp.1)
-                {
-                    dst[..step].copy_from_slice(&src[p * step..(p + 1) * step]);
-                    dst[step..].fill(0.0);
-                }
-            }
+            plan.block_scores(&sc.qt, masks, b, sp, &mut keys, s);
+            k::block_max(isa, s, plan.nqp, sp.1, m);
         }
     }
     sc.k = keys;
-    sc.s = block;
 }
 
-/// The second step of a split decode step (see [`split_scores`]): query heads `heads` (part
-/// `heads.start % group / heads.len()` of the group) of the row over all its cells, from the
-/// row's scores `s` (its [`split_len`], every part's written) and every part's maxima `m` (one
-/// after the other); writes `head_dim_v` values per head through `out(0, h)`.
+/// The second step of a split decode step (see [`split_scores`]): every query head of KV head
+/// `kvh` over all the row's cells, values `dims` ([`split_dims`]) of each, from the row's scores
+/// `s` (its [`split_len`], every part's written) and every part's maxima `m` (one after the
+/// other); writes `dims.len()` values per head through `out(h)`.
 #[allow(clippy::too_many_arguments)]
 pub fn split_sums<'o>(
     isa: Isa,
     kv: KvView,
     cells: &[u32],
     shape: &AttnShape,
-    heads: Range<usize>,
+    kvh: usize,
+    dims: Range<usize>,
     s: &[f32],
     m: &[f32],
     scratch: &mut TileScratch,
-    out: impl FnMut(usize, usize) -> &'o mut [f32],
+    mut out: impl FnMut(usize) -> &'o mut [f32],
 ) {
     let group = shape.n_head / shape.n_kv_head.max(1);
-    let plan = Plan::new(isa, kv, &[cells], shape, heads.clone());
+    let plan = Plan::new(isa, kv, &[cells], shape, kvh * group..(kvh + 1) * group).with_dims(dims);
     let sc = scratch;
-    let step = heads.len();
-    assert!(group.is_multiple_of(step), "parts of a group");
-    let (parts, part) = (group / step, heads.start % group / step);
-    let nqp_group = k::padded_queries(group);
-    let part_len = plan.block_len();
-    assert_eq!(s.len(), split_len(cells, group, parts), "split scores' size");
-    assert_eq!(m.len(), parts * nqp_group, "split maxima's size");
+    let (nqp, block_len) = (plan.nqp, plan.block_len());
+    assert_eq!(s.len(), split_len(cells, group), "split scores' size");
+    assert!(
+        !m.is_empty() && m.len().is_multiple_of(nqp),
+        "split maxima's size"
+    );
     plan.start_sums(sc);
-    // The maxima of this part's heads over every part's cells (exact in any order).
-    for (j, m_out) in sc.m[..step].iter_mut().enumerate() {
-        *m_out = m
-            .chunks_exact(nqp_group)
-            .fold(f32::NEG_INFINITY, |a, mp| a.max(mp[part * step + j]));
+    // Each query's maximum over every part's cells (exact in any order).
+    for (j, mj) in sc.m.iter_mut().enumerate() {
+        *mj = m.chunks_exact(nqp).fold(f32::NEG_INFINITY, |a, mp| a.max(mp[j]));
     }
-    sc.m[step..].fill(0.0);
     finish_maxima(&mut sc.m);
     plan.masks(&[cells], plan.blocks.clone(), sc);
     let mut block = std::mem::take(&mut sc.s);
-    block.resize(part_len, 0.0);
+    block.resize(block_len, 0.0);
     for (bi, b) in plan.blocks.clone().enumerate() {
         if let Some(sp) = Plan::span(&sc.masks[bi..bi + 1]) {
-            let at = (bi * parts + part) * part_len;
-            block[..sp.1 * plan.nqp].copy_from_slice(&s[at..at + sp.1 * plan.nqp]);
+            let n = sp.1 * nqp;
+            block[..n].copy_from_slice(&s[bi * block_len..bi * block_len + n]);
             plan.block_sums(b, sp, &mut block, sc);
         }
     }
     sc.s = block;
-    plan.outputs(sc, out);
+    plan.outputs(sc, |_, h| out(h));
 }
 
 #[cfg(test)]
@@ -1073,20 +1080,26 @@ mod tests {
         got
     }
 
-    /// A decode step split over tasks twice (scores by cells, then sums by heads), in every
-    /// split of the group, on every tier: the bits of the scalar per-head reference. F16 and Q8_0
-    /// caches, Gemma 3's one KV head of 4 heads of 256 and smaller shapes, soft-capping, contexts
-    /// from one cell to several blocks, with cells of other sequences and a window left out.
+    /// A decode step split over tasks twice (scores by cells, then sums by values), in 1 to 4
+    /// parts, on every tier that can: the bits of the scalar per-head reference. Gemma 3's one KV
+    /// head of 4 heads of 256 and smaller shapes, soft-capping, contexts from one cell to several
+    /// blocks, with cells of other sequences and a window left out. Only F16 caches of whole
+    /// vectors of values split.
     #[test]
     fn split_decode_matches_per_head_attention() {
         let mut seed = 17;
         let cases = [
-            (GgmlType::F16, 256, 256, 4, 1, 0.0),
-            (GgmlType::F16, 64, 64, 8, 2, 0.0),
-            (GgmlType::F16, 40, 24, 6, 1, 30.0),
-            (GgmlType::Q8_0, 64, 64, 4, 2, 0.0),
+            (256, 256, 4, 1, 0.0),
+            (64, 64, 8, 2, 0.0),
+            (40, 32, 6, 1, 30.0),
+            (64, 48, 4, 2, 0.0),
         ];
-        for (ty, dk, dv, nh, nkv, softcap) in cases {
+        let ty = GgmlType::F16;
+        for isa in Isa::supported() {
+            assert!(!can_split(isa, GgmlType::Q8_0, 4, 256, 2) && !can_split(isa, ty, 4, 24, 2));
+            assert!(!can_split(isa, ty, 4, 32, 3), "parts without values");
+        }
+        for (dk, dv, nh, nkv, softcap) in cases {
             let shape = AttnShape {
                 n_head: nh,
                 n_kv_head: nkv,
@@ -1095,7 +1108,6 @@ mod tests {
                 kq_scale: 1.0 / (dk as f32).sqrt(),
                 softcap,
             };
-            let group = nh / nkv;
             for n_cells in [1usize, 70, 300] {
                 let head_k = ty.row_bytes(dk as u64).unwrap() as usize;
                 let head_v = ty.row_bytes(dv as u64).unwrap() as usize;
@@ -1118,12 +1130,12 @@ mod tests {
                     let mut want = vec![0f32; nh * dv];
                     attend(&q, kv, &cells, &shape, &mut Scratch::default(), &mut want);
                     for isa in Isa::supported() {
-                        for parts in (1..=group).filter(|p| group.is_multiple_of(*p)) {
+                        for parts in (1..=4).filter(|&p| can_split(isa, ty, nh / nkv, dv, p)) {
                             let got = split(isa, &q, kv, &cells, &shape, parts);
                             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                                 assert!(
                                     a.to_bits() == b.to_bits(),
-                                    "{isa} {parts} parts: {ty:?} dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
+                                    "{isa} {parts} parts: dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
                                 );
                             }
                         }
@@ -1139,10 +1151,10 @@ mod tests {
         let (nh, dv) = (shape.n_head, shape.head_dim_v);
         let group = nh / shape.n_kv_head;
         let m_len = split_maxima_len(group);
-        let mut got = vec![0f32; nh * dv];
+        let mut got = vec![f32::NAN; nh * dv];
         let mut scratch = TileScratch::default();
         for kvh in 0..shape.n_kv_head {
-            let mut s = vec![f32::NAN; split_len(cells, group, parts)];
+            let mut s = vec![f32::NAN; split_len(cells, group)];
             let mut m = vec![f32::NAN; parts * m_len];
             for p in (0..parts).rev() {
                 let at = split_part(cells, group, p, parts);
@@ -1159,23 +1171,23 @@ mod tests {
                     &mut m[p * m_len..(p + 1) * m_len],
                 );
             }
-            let step = group / parts;
             for p in (0..parts).rev() {
-                let h0 = kvh * group + p * step;
-                let mut slots: Vec<Option<&mut [f32]>> = got.chunks_exact_mut(dv).map(Some).collect();
+                let dims = split_dims(dv, p, parts);
+                let mut slots: Vec<Option<&mut [f32]>> = got
+                    .chunks_exact_mut(dv)
+                    .map(|o| Some(&mut o[dims.clone()]))
+                    .collect();
                 split_sums(
                     isa,
                     kv,
                     cells,
                     shape,
-                    h0..h0 + step,
+                    kvh,
+                    dims.clone(),
                     &s,
                     &m,
                     &mut scratch,
-                    |r, h| {
-                        assert_eq!(r, 0);
-                        slots[h].take().expect("each output once")
-                    },
+                    |h| slots[h].take().expect("each output once"),
                 );
             }
         }
