@@ -413,6 +413,31 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             let mut kp = k.clone();
             let np = attn::paired_cells(nc) * dk;
             attn::pair_rows(&k[..np], dk, &mut kp[..np]);
+            // The same keys rounded to f16, taken as f16 rows where the tier can: the scores of
+            // the converted rows.
+            let k16: Vec<u8> = k
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
+                .collect();
+            let mut k16f = vec![0f32; k.len()];
+            attn::f16_row(Isa::Scalar, &k16, &mut k16f);
+            let mut want16 = vec![f32::NAN; nc * nqp];
+            attn::scores(Isa::Scalar, &qt, nqp, nq, &k16f, dk, nc, false, &mut want16);
+            for isa in Isa::supported()
+                .into_iter()
+                .filter(|&isa| attn::keys_from_f16(isa, nq, dk))
+            {
+                let mut got = vec![f32::NAN; nc * nqp];
+                let done = attn::scores_f16(isa, &qt, nqp, nq, &k16, dk, nc, 64 * dk * 2, &mut got);
+                assert_eq!(done, nc / 16 * 16, "{isa} f16 keys: whole groups of 16");
+                assert!(
+                    got[..done * nqp]
+                        .iter()
+                        .zip(&want16)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{isa} scores from f16 keys: nq {nq} dk {dk} cells {nc}"
+                );
+            }
             let run = |isa: Isa| {
                 let mut s = vec![f32::NAN; nc * nqp];
                 attn::scores(isa, &qt, nqp, nq, &k, dk, nc, false, &mut s);

@@ -361,6 +361,8 @@ struct Plan<'a> {
     /// F16 keys go to the scores paired where the tier wants them so (converted and paired in
     /// one pass); other types in rows.
     paired: bool,
+    /// F16 keys go to the scores as they are where the tier converts them in registers.
+    f16_keys: bool,
     /// F16 values go into the weighted sums as they are where the tier converts them as it
     /// loads them; otherwise a block's rows are converted to f32 first.
     f16_values: bool,
@@ -425,6 +427,7 @@ impl<'a> Plan<'a> {
             dvp: dv.div_ceil(LANES) * LANES,
             round_f16: kv.ty == GgmlType::F16,
             paired: kv.ty == GgmlType::F16 && k::pairs_layout(isa, nq, nqp, dk),
+            f16_keys: kv.ty == GgmlType::F16 && k::keys_from_f16(isa, nq, dk),
             f16_values: kv.ty == GgmlType::F16 && k::values_from_f16(isa, nqp, dv),
             dims: 0..dv,
             hi,
@@ -529,23 +532,50 @@ impl<'a> Plan<'a> {
         keys: &mut [f32],
         s: &mut [f32],
     ) {
-        let (nqp, nq, dk) = (self.nqp, self.nq, self.shape.head_dim_k);
+        let (isa, nqp, nq, dk) = (self.isa, self.nqp, self.nq, self.shape.head_dim_k);
         let c0 = b * BLOCK_CELLS + first;
         let kv = &self.kv;
-        let range = c0..c0 + nc;
-        load_rows(
-            self.isa,
-            kv.ty,
-            kv.k,
-            self.rows.k(),
-            self.kvh,
-            range,
-            self.hi,
-            (dk, dk),
-            self.paired,
-            keys,
-        );
-        k::scores(self.isa, qt, nqp, nq, keys, dk, nc, self.paired, s);
+        // F16 keys the scores convert in registers: whole groups of 16 cells straight from the
+        // cache (asking for the next block's as they go), the rest converted first.
+        let done = if self.f16_keys {
+            let (head, n_cells) = self.rows.k();
+            let src = run(kv.k, head, n_cells, self.kvh, c0..c0 + nc);
+            let ahead = if c0 + BLOCK_CELLS < self.hi {
+                BLOCK_CELLS * head
+            } else {
+                0
+            };
+            k::scores_f16(isa, qt, nqp, nq, src, dk, nc, ahead, s)
+        } else {
+            0
+        };
+        if done < nc {
+            let range = c0 + done..c0 + nc;
+            let rows = self.rows.k();
+            load_rows(
+                isa,
+                kv.ty,
+                kv.k,
+                rows,
+                self.kvh,
+                range,
+                self.hi,
+                (dk, dk),
+                self.paired,
+                keys,
+            );
+            k::scores(
+                isa,
+                qt,
+                nqp,
+                nq,
+                keys,
+                dk,
+                nc - done,
+                self.paired,
+                &mut s[done * nqp..],
+            );
+        }
         // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
         // nothing reads them), then, unless every row sees all the cells, the cells a row does
         // not see masked.
