@@ -97,6 +97,21 @@ fn for_each_row(n: usize, f: impl Fn(usize) + Sync) {
     threads::with_current(|pool| pool.for_each_chunk(n, ROWS_PER_TASK, |r| r.for_each(&f)));
 }
 
+/// Runs `f(i, scratch)` for every attention task `i` of `0..n`, spread over the current pool a
+/// task at a time, with the running thread's attention buffers.
+fn for_each_attention_task(n: usize, f: impl Fn(usize, &mut TileScratch) + Sync) {
+    threads::with_current(|tp| {
+        tp.for_each_chunk(n, 1, |items| {
+            SCRATCH.with(|scratch| {
+                let scratch = &mut scratch.borrow_mut();
+                for i in items {
+                    f(i, scratch);
+                }
+            })
+        })
+    });
+}
+
 /// The work buffers of the row-wise steps, for one chunk of at most [`ROW_CHUNK`] rows, made
 /// once per pass (sized for the widest layer) and reused by every chunk of every layer.
 struct ChunkBufs {
@@ -240,53 +255,37 @@ fn split_decode_attention(
     split_m.resize(n_tasks * m_len, 0.0);
     let task = |i: usize| (i / (nkv * parts), i / parts % nkv, i % parts);
     let (s_ptr, m_ptr) = (OutPtr(split_s.as_mut_ptr()), OutPtr(split_m.as_mut_ptr()));
-    threads::with_current(|tp| {
-        tp.for_each_chunk(n_tasks, 1, |items| {
-            SCRATCH.with(|scratch| {
-                let scratch = &mut scratch.borrow_mut();
-                for i in items {
-                    let (j, kvh, p) = task(i);
-                    let (t, cells) = (rows[j], &visible[rows[j]]);
-                    let base = starts[j] + kvh * split_len(cells, group);
-                    let at = split_part(cells, group, p, parts);
-                    // SAFETY: task i alone writes part p of (row j, KV head kvh)'s scores and
-                    // maxima i, inside `split_s` (`total`) and `split_m`, which outlive the step.
-                    let (s, m) = unsafe {
-                        (
-                            std::slice::from_raw_parts_mut(s_ptr.get().add(base + at.start), at.len()),
-                            std::slice::from_raw_parts_mut(m_ptr.get().add(i * m_len), m_len),
-                        )
-                    };
-                    let q = &q[t * nh * dk..(t + 1) * nh * dk];
-                    split_scores(isa, q, cache, cells, shape, kvh, (p, parts), scratch, s, m);
-                }
-            })
-        })
+    for_each_attention_task(n_tasks, |i, scratch| {
+        let (j, kvh, p) = task(i);
+        let (t, cells) = (rows[j], &visible[rows[j]]);
+        let base = starts[j] + kvh * split_len(cells, group);
+        let at = split_part(cells, group, p, parts);
+        // SAFETY: task i alone writes part p of (row j, KV head kvh)'s scores and
+        // maxima i, inside `split_s` (`total`) and `split_m`, which outlive the step.
+        let (s, m) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(s_ptr.get().add(base + at.start), at.len()),
+                std::slice::from_raw_parts_mut(m_ptr.get().add(i * m_len), m_len),
+            )
+        };
+        let q = &q[t * nh * dk..(t + 1) * nh * dk];
+        split_scores(isa, q, cache, cells, shape, kvh, (p, parts), scratch, s, m);
     });
     let (split_s, split_m) = (&*split_s, &*split_m);
-    threads::with_current(|tp| {
-        tp.for_each_chunk(n_tasks, 1, |items| {
-            SCRATCH.with(|scratch| {
-                let scratch = &mut scratch.borrow_mut();
-                for i in items {
-                    let (j, kvh, p) = task(i);
-                    let cells = &visible[rows[j]];
-                    let len = split_len(cells, group);
-                    let s = &split_s[starts[j] + kvh * len..][..len];
-                    let first = i - p;
-                    let m = &split_m[first * m_len..(first + parts) * m_len];
-                    let dims = split_dims(dv, p, parts);
-                    let (at, width) = (dims.start, dims.len());
-                    split_sums(isa, cache, cells, shape, kvh, dims, s, m, scratch, |h| {
-                        // SAFETY: values `dims` of (row j, head h) are written by this task
-                        // alone, in bounds of the attention output, which outlives the step.
-                        unsafe {
-                            std::slice::from_raw_parts_mut(dst.get().add((j * nh + h) * dv + at), width)
-                        }
-                    });
-                }
-            })
-        })
+    for_each_attention_task(n_tasks, |i, scratch| {
+        let (j, kvh, p) = task(i);
+        let cells = &visible[rows[j]];
+        let len = split_len(cells, group);
+        let s = &split_s[starts[j] + kvh * len..][..len];
+        let first = i - p;
+        let m = &split_m[first * m_len..(first + parts) * m_len];
+        let dims = split_dims(dv, p, parts);
+        let (at, width) = (dims.start, dims.len());
+        split_sums(isa, cache, cells, shape, kvh, dims, s, m, scratch, |h| {
+            // SAFETY: values `dims` of (row j, head h) are written by this task
+            // alone, in bounds of the attention output, which outlives the step.
+            unsafe { std::slice::from_raw_parts_mut(dst.get().add((j * nh + h) * dv + at), width) }
+        });
     });
 }
 
@@ -480,39 +479,17 @@ impl Model {
                 split_decode_attention(q, &rows, visible, cache, &shape, parts, bufs, dst);
             } else {
                 let per_tile = nh / head_step;
-                threads::with_current(|tp| {
-                    tp.for_each_chunk(tiles.len() * per_tile, 1, |items| {
-                        SCRATCH.with(|scratch| {
-                            let scratch = &mut scratch.borrow_mut();
-                            for i in items {
-                                let (tile, h0) = (&tiles[i / per_tile], i % per_tile * head_step);
-                                let r0 = tile.start;
-                                let tile = &rows[tile.clone()];
-                                let qs: Vec<&[f32]> =
-                                    tile.iter().map(|&t| &q[t * nh * dk..(t + 1) * nh * dk]).collect();
-                                let cells: Vec<&[u32]> =
-                                    tile.iter().map(|&t| visible[t].as_slice()).collect();
-                                attend_tile(
-                                    &qs,
-                                    cache,
-                                    &cells,
-                                    &shape,
-                                    h0..h0 + head_step,
-                                    scratch,
-                                    |r, h| {
-                                        // SAFETY: (row r0 + r, head h) is written by this task alone,
-                                        // in bounds of `attn`, which outlives the step.
-                                        unsafe {
-                                            std::slice::from_raw_parts_mut(
-                                                dst.get().add(((r0 + r) * nh + h) * dv),
-                                                dv,
-                                            )
-                                        }
-                                    },
-                                );
-                            }
-                        })
-                    })
+                for_each_attention_task(tiles.len() * per_tile, |i, scratch| {
+                    let (tile, h0) = (&tiles[i / per_tile], i % per_tile * head_step);
+                    let r0 = tile.start;
+                    let tile = &rows[tile.clone()];
+                    let qs: Vec<&[f32]> = tile.iter().map(|&t| &q[t * nh * dk..(t + 1) * nh * dk]).collect();
+                    let cells: Vec<&[u32]> = tile.iter().map(|&t| visible[t].as_slice()).collect();
+                    attend_tile(&qs, cache, &cells, &shape, h0..h0 + head_step, scratch, |r, h| {
+                        // SAFETY: (row r0 + r, head h) is written by this task alone,
+                        // in bounds of `attn`, which outlives the step.
+                        unsafe { std::slice::from_raw_parts_mut(dst.get().add(((r0 + r) * nh + h) * dv), dv) }
+                    });
                 });
             }
 
