@@ -1019,14 +1019,7 @@ mod tests {
                         );
                     }
                     let kv = KvView { ty, k: &kb, v: &vb };
-                    let shape = AttnShape {
-                        n_head: nh,
-                        n_kv_head: nkv,
-                        head_dim_k: dk,
-                        head_dim_v: dv,
-                        kq_scale: 1.0 / (dk as f32).sqrt(),
-                        softcap,
-                    };
+                    let shape = scaled_shape(nh, nkv, (dk, dv), softcap);
                     // Row t sees cells up to t (every seventh belongs to another sequence),
                     // within the window.
                     let n_rows = n_cells.min(11);
@@ -1130,14 +1123,7 @@ mod tests {
             assert!(!can_split(isa, ty, 4, 32, 3), "parts without values");
         }
         for (dk, dv, nh, nkv, softcap) in cases {
-            let shape = AttnShape {
-                n_head: nh,
-                n_kv_head: nkv,
-                head_dim_k: dk,
-                head_dim_v: dv,
-                kq_scale: 1.0 / (dk as f32).sqrt(),
-                softcap,
-            };
+            let shape = scaled_shape(nh, nkv, (dk, dv), softcap);
             for n_cells in [1usize, 70, 300] {
                 let head_k = ty.row_bytes(dk as u64).unwrap() as usize;
                 let head_v = ty.row_bytes(dv as u64).unwrap() as usize;
@@ -1222,6 +1208,19 @@ mod tests {
             }
         }
         got
+    }
+
+    /// `n_head` query heads over `n_kv_head` KV heads of `dk` keys and `dv` values, scores scaled
+    /// by `1 / sqrt(dk)` and soft-capped at `softcap` (0: not).
+    fn scaled_shape(n_head: usize, n_kv_head: usize, (dk, dv): (usize, usize), softcap: f32) -> AttnShape {
+        AttnShape {
+            n_head,
+            n_kv_head,
+            head_dim_k: dk,
+            head_dim_v: dv,
+            kq_scale: 1.0 / (dk as f32).sqrt(),
+            softcap,
+        }
     }
 
     /// `n_head` query heads over `n_kv_head` KV heads of `head_dim` (keys and values), scores
