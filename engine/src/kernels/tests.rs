@@ -36,6 +36,18 @@ pub(crate) const WEIGHT_TYPES: [GgmlType; 15] = {
     ]
 };
 
+/// `x` rounded to f16, as an F16 cache holds it: the rows' bytes, and those converted back to
+/// f32 by the scalar kernel (what the tiers that read f16 rows directly must match).
+fn rounded_to_f16(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let bytes: Vec<u8> = x
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+        .collect();
+    let mut back = vec![0f32; x.len()];
+    attn::f16_row(Isa::Scalar, &bytes, &mut back);
+    (bytes, back)
+}
+
 /// Offsets of the f16 scale fields inside one block of `ty`.
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
@@ -415,12 +427,7 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
             attn::pair_rows(&k[..np], dk, &mut kp[..np]);
             // The same keys rounded to f16, taken as f16 rows where the tier can: the scores of
             // the converted rows.
-            let k16: Vec<u8> = k
-                .iter()
-                .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
-                .collect();
-            let mut k16f = vec![0f32; k.len()];
-            attn::f16_row(Isa::Scalar, &k16, &mut k16f);
+            let (k16, k16f) = rounded_to_f16(&k);
             let mut want16 = vec![f32::NAN; nc * nqp];
             attn::scores(Isa::Scalar, &qt, nqp, nq, &k16f, dk, nc, false, &mut want16);
             for isa in Isa::supported()
@@ -514,12 +521,7 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                 );
             }
             // Value rows in f16, converted as they are loaded: the sums of converting them first.
-            let v16: Vec<u8> = v
-                .iter()
-                .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
-                .collect();
-            let mut vf = vec![0f32; v.len()];
-            attn::f16_row(Isa::Scalar, &v16, &mut vf);
+            let (v16, vf) = rounded_to_f16(&v);
             for isa in Isa::supported() {
                 if !attn::values_from_f16(isa, nqp, dvp) {
                     continue;
