@@ -630,19 +630,23 @@ mod tests {
         let mut rng = Rng::new(21);
         for isa in Isa::supported() {
             for ty in packed::TYPES {
-                // 5 super-blocks: K-quant batches unpack them in more than one chunk; 13 tokens
-                // use the 8-, 4- and 1-token tiles; 48 rows: pairs of groups and single ones in
+                // 5 super-blocks: K-quant batches unpack them in more than one chunk; 13 and 21
+                // tokens use the 8-, 4- and 1-token tiles (13: those types that unpack from
+                // fewer than 13 tokens, the others pass over the packed tiles a few tokens at a
+                // time; 21: every type's tiles); 48 rows: pairs of groups and single ones in
                 // batches, single groups in decode; 760 rows: decode chunks of 2 groups on 2
                 // threads and a last chunk of one group and an 8-row row-major tail.
                 // 2 and 3 tokens: a few slots decoding together, two tokens per pass over a
-                // group. The AMX tier's Q6_K: 13 tokens stay off the tiles; 125 go on them (3
-                // pairs of 16-token tiles, one tile and 13 tokens past them).
+                // group. The AMX tier's Q6_K: 13 and 21 tokens stay off the tiles; 125 go on
+                // them (3 pairs of 16-token tiles, one tile and 13 tokens past them).
                 #[cfg(target_arch = "x86_64")]
                 const _: () = assert!(crate::kernels::x86::amx::MIN_TOKENS <= 112);
+                #[cfg(target_arch = "x86_64")]
+                const _: () = assert!(crate::kernels::x86::amx::MIN_TOKENS > 21);
                 let counts: &[usize] = if isa == Isa::Amx {
-                    &[2, 3, 13, 125]
+                    &[2, 3, 13, 21, 125]
                 } else {
-                    &[2, 3, 13]
+                    &[2, 3, 13, 21]
                 };
                 for (n_out, &n_tokens) in [48, 760]
                     .into_iter()

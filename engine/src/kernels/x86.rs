@@ -2281,6 +2281,10 @@ trait SbType {
     /// super-block scale ([`SbType::row_d`], so `ROW_D` too), then the token's: the AMX tier's
     /// Q6_K, whose tiles sum whole super-blocks ([`PkQ6KInt`]).
     const INT_SUM: bool = false;
+    /// Tokens from which a batch unpacks this type's groups ([`sb_body`], [`sb_body_pair`]);
+    /// fewer go through the decode kernel a few tokens per pass over the packed tiles
+    /// ([`sb_decode`], [`few`]). See [`unpack_min_tokens`] for the measurements.
+    const UNPACK_MIN_TOKENS: usize;
     type St: Copy;
     unsafe fn state(t: *const u8) -> Self::St;
     unsafe fn scale(st: &Self::St, t: *const u8, j: usize) -> __m512;
@@ -2333,6 +2337,7 @@ impl SbType for PkQ6K {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
+    const UNPACK_MIN_TOKENS: usize = 12;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -2367,6 +2372,8 @@ impl SbType for PkQ6KInt {
     const MIN: bool = false;
     const ROW_D: bool = true;
     const INT_SUM: bool = true;
+    // The AMX tier's, untimed at other counts (no AMX here).
+    const UNPACK_MIN_TOKENS: usize = 8;
     type St = __m512;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> __m512 {
@@ -2482,6 +2489,7 @@ impl SbType for PkQ4K {
     const OFF: bool = false;
     const MIN: bool = true;
     const ROW_D: bool = true;
+    const UNPACK_MIN_TOKENS: usize = 18;
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
@@ -2557,6 +2565,7 @@ impl SbType for PkIq4Xs {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
+    const UNPACK_MIN_TOKENS: usize = 18;
     type St = SignedScales<8>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<8> {
@@ -2582,6 +2591,7 @@ impl SbType for PkQ3K {
     const OFF: bool = true;
     const MIN: bool = false;
     const ROW_D: bool = false;
+    const UNPACK_MIN_TOKENS: usize = 12;
     type St = SignedScales<16>;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> SignedScales<16> {
@@ -2638,6 +2648,7 @@ impl SbType for PkQ2K {
     const OFF: bool = false;
     const MIN: bool = true;
     const ROW_D: bool = true;
+    const UNPACK_MIN_TOKENS: usize = 8;
     /// `d` and `dmin`; the scale bytes are read per sub-block.
     type St = (__m512, __m512);
     #[inline(always)]
@@ -2684,6 +2695,7 @@ impl SbType for PkQ5K {
     const OFF: bool = false;
     const MIN: bool = true;
     const ROW_D: bool = true;
+    const UNPACK_MIN_TOKENS: usize = 18;
     type St = Q4KSt;
     #[inline(always)]
     unsafe fn state(t: *const u8) -> Q4KSt {
@@ -3051,28 +3063,17 @@ pub(super) unsafe fn packed_pair_avx512(
     out: *mut f32,
     os: usize,
 ) {
+    if tokens.len() < unpack_min_tokens(ty) {
+        pair_decode_avx512(ty, g, group, gstride, tokens, out, os);
+        return;
+    }
     match ty {
-        GgmlType::Q6_K if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os)
-        }
-        GgmlType::IQ4_XS if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkIq4Xs>(g, group, gstride, tokens, out, os)
-        }
-        GgmlType::Q2_K if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkQ2K>(g, group, gstride, tokens, out, os)
-        }
-        GgmlType::Q3_K if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkQ3K>(g, group, gstride, tokens, out, os)
-        }
-        GgmlType::Q4_K if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os)
-        }
-        GgmlType::Q5_K if tokens.len() >= UNPACK_MIN_TOKENS => {
-            sb_body_pair::<PkQ5K>(g, group, gstride, tokens, out, os)
-        }
-        _ if tokens.len() < UNPACK_MIN_TOKENS => {
-            few_at_a_time!(tokens, t => pair_decode::<C>(ty, g, group, gstride, t, out, os))
-        }
+        GgmlType::Q6_K => sb_body_pair::<PkQ6K>(g, group, gstride, tokens, out, os),
+        GgmlType::IQ4_XS => sb_body_pair::<PkIq4Xs>(g, group, gstride, tokens, out, os),
+        GgmlType::Q2_K => sb_body_pair::<PkQ2K>(g, group, gstride, tokens, out, os),
+        GgmlType::Q3_K => sb_body_pair::<PkQ3K>(g, group, gstride, tokens, out, os),
+        GgmlType::Q4_K => sb_body_pair::<PkQ4K>(g, group, gstride, tokens, out, os),
+        GgmlType::Q5_K => sb_body_pair::<PkQ5K>(g, group, gstride, tokens, out, os),
         // Two groups per tile for the types whose steps come from a few loads. Against two
         // passes of one group and 8-token tiles (2026-12-06, Zen 5, `BEST=1 PACKED=1
         // kernel_bench 1 gemm 512 TYPE`, alternated, GMAC/s): Q4_0 344-355 -> 394-397, Q5_0
@@ -3102,12 +3103,61 @@ pub(super) unsafe fn packed_q6k_int(
     os: usize,
 ) {
     match n_groups {
-        2 if tokens.len() >= UNPACK_MIN_TOKENS => {
+        2 if tokens.len() >= PkQ6KInt::UNPACK_MIN_TOKENS => {
             sb_body_pair::<PkQ6KInt>(g, group, gstride, tokens, out, os)
         }
         2 => few_at_a_time!(tokens, t => sb_decode::<PkQ6KInt, 2, C>(g, group, gstride, t, out, os)),
         _ => sb_body::<PkQ6KInt>(g, group, tokens, out, os),
     }
+}
+
+/// Tokens from which two groups of type `ty` go through the batch kernels rather than the
+/// decode kernel a few tokens per pass ([`pair_decode_avx512`]): the sub-block types'
+/// [`SbType::UNPACK_MIN_TOKENS`], 8 for the 32-value types (whose batch tiles stream the groups
+/// as decode does: see [`packed_body512`]).
+///
+/// A batch's unpacking computes in bursts between its chunks' reads, where the decode kernels'
+/// prefetches ([`prefetch_part`]) keep memory streaming under the compute; that pays while a
+/// pass of a few tokens costs little. Measured 2026-12-06 in one build with the limit switched
+/// at run time, alternated (Zen 5, two threads), unpacked -> decode kernels: out of cache (22
+/// TinyLlama-1.1B layers, `BEST=1 PACKED=1 HUGE=1 TYPES=.. TOKENS=N kernel_bench 2 stream`,
+/// GB/s) 8 tokens Q4_K 17.2-17.5 -> 26.4-26.5, Q5_K 17.9-18.2 -> 26.2-27.1, IQ4_XS 17.0-17.5
+/// -> 26.2, Q6_K 21.2-21.3 -> 24.4-25.5, Q3_K 13.5-14.1 -> 16.3-17.0, Q2_K 14.5-14.7 ->
+/// 10.7-11.0; 12 tokens Q4_K 14.3-15.1 -> 19.7-21.0, Q5_K 15.8-16.1 -> 20.6-21.5, Q6_K
+/// 17.6-18.4 -> 16.5-17.4, Q3_K 10.8-12.3 -> 10.9-12.2; 16 tokens Q4_K 13.2-14.0 -> 15.9-16.4,
+/// Q5_K 14.4-14.6 -> 14.4-14.5, IQ4_XS 13.7-14.1 -> 15.2-15.4, Q3_K 10.9-11.6 -> 8.5-9.1; 20
+/// tokens Q4_K 12.7-13.0 -> 12.6. Whole prompts from an empty cache, 1.1B Q4_K_M (t/s, these
+/// limits against 8 for all): pp8 232.5 -> 316.0, pp12 309.7 -> 391.4, pp16 373.1 -> 401.7,
+/// pp17 360.6 -> 397.4; 1.1B Q6_K pp8 197.7 -> 221.0, pp11 239.1 -> 256.9; Qwen2.5-Coder 0.5B
+/// pp8 619 -> 651, pp12 765 -> 790; Gemma 3 270M level (its matrices stay in cache). Eight
+/// sequences decoding together (one token each per step, depth 64): 1.1B Q4_K_M 214.0 ->
+/// 293.4 t/s, 12 sequences 277.3 -> 349.4, 16 332.0 -> 354.4.
+fn unpack_min_tokens(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q2_K => PkQ2K::UNPACK_MIN_TOKENS,
+        GgmlType::Q3_K => PkQ3K::UNPACK_MIN_TOKENS,
+        GgmlType::Q4_K => PkQ4K::UNPACK_MIN_TOKENS,
+        GgmlType::Q5_K => PkQ5K::UNPACK_MIN_TOKENS,
+        GgmlType::Q6_K => PkQ6K::UNPACK_MIN_TOKENS,
+        GgmlType::IQ4_XS => PkIq4Xs::UNPACK_MIN_TOKENS,
+        _ => 8,
+    }
+}
+
+/// [`pair_decode`] over `tokens`, a few at a time ([`few`]). Out of line: inlined into
+/// [`packed_pair_avx512`] beside the batch kernels, it changed their code and timing.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+#[inline(never)]
+unsafe fn pair_decode_avx512(
+    ty: GgmlType,
+    g: &PkArgs,
+    group: *const u8,
+    gstride: usize,
+    tokens: std::ops::Range<usize>,
+    out: *mut f32,
+    os: usize,
+) {
+    few_at_a_time!(tokens, t => pair_decode::<C>(ty, g, group, gstride, t, out, os));
 }
 
 /// `C` tokens from `t` (decode's one, or a few: a daemon's parallel slots) against two packed
@@ -3161,12 +3211,6 @@ fn unpacked_group(bytes: usize) -> *mut u8 {
     })
 }
 
-/// Tokens from which unpacking a group first pays. Below it the decode kernels take a few
-/// tokens per pass over the packed tiles ([`few`]): decode's matrices out of cache at 4-7
-/// tokens a step (`TOKENS=N kernel_bench 2 stream`) took 10-18% less time so for Q4_K than
-/// unpacked.
-const UNPACK_MIN_TOKENS: usize = 8;
-
 /// Bytes of one group's unpacked tiles a batch works on at a time: two groups' chunks and the
 /// activations of those tiles for a tile of tokens stay in L1 (48 KiB here) while every tile of
 /// tokens reads them.
@@ -3180,7 +3224,7 @@ unsafe fn sb_body<T: SbType>(
     out: *mut f32,
     os: usize,
 ) {
-    if tokens.len() < UNPACK_MIN_TOKENS {
+    if tokens.len() < T::UNPACK_MIN_TOKENS {
         few_at_a_time!(tokens, t => sb_decode::<T, 1, C>(g, group, 0, t, out, os));
         return;
     }

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::{
     bytes_from_bits32, iq4nl_table, iq4xs_scale_bytes, k4_scale_bytes, ld128, ld256, ld_rows, next_stream,
-    prefetch_ahead, q3k_scale_bytes, Groups, PkArgs, UNPACK_MIN_TOKENS,
+    prefetch_ahead, q3k_scale_bytes, Groups, PkArgs,
 };
 use crate::kernels::packed::value_offset;
 use crate::quant::GgmlType;
@@ -940,6 +940,13 @@ unsafe fn unpack<T: Pk2>(group: *const u8, n_tiles: usize, buf: *mut u8) {
     }
 }
 
+/// Tokens from which the AVX2 tier unpacks a group for a batch. Its decode passes are
+/// compute-bound: out of cache (two threads, `OLLAMARS_ISA=avx2 ... kernel_bench 2 stream`,
+/// alternated, ms per step), unpacked against one token at a time from the packed tiles, 8
+/// tokens Q4_K 55.6-56.1 against 56.7-62.6, Q6_K 66.9-67.2 against 74.3-78.8; 12 tokens Q4_K
+/// 71.2 against 94.5-98.7, Q6_K 81.9-83.6 against 116.3-117.4.
+const AVX2_UNPACK_MIN_TOKENS: usize = 8;
+
 /// `G` groups against tokens `tokens`: decode (and batches too short to unpack for) reads both
 /// groups side by side from the packed tiles, one token at a time; a batch unpacks one group at
 /// a time and passes over it with two tokens at a time (four with AVX-VNNI).
@@ -952,7 +959,7 @@ unsafe fn body<T: Pk2, const G: usize, const V: bool>(
     out: *mut f32,
     os: usize,
 ) {
-    if tokens.len() < UNPACK_MIN_TOKENS {
+    if tokens.len() < AVX2_UNPACK_MIN_TOKENS {
         for t in tokens {
             tile_rows::<T, G, 1, V>(g, group, gstride, t, out, os);
         }
