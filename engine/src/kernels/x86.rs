@@ -2996,10 +2996,23 @@ unsafe fn sb_body_pair<T: SbType>(
         let mut t = tokens.start;
         let mut part = 0;
         while t + 4 <= tokens.end {
-            for (p, bytes) in next {
-                prefetch_share(p, bytes, part, n_parts);
+            if n_parts <= PIECES_MAX_PARTS {
+                // Tile by tile, each asking for its piece of the share: the same float steps
+                // in the same order (`sb_tile_rows` goes on from the sums stored before).
+                let n_pieces = n_parts * tiles.len();
+                for (i, tile) in tiles.clone().enumerate() {
+                    for (p, bytes) in next {
+                        prefetch_share(p, bytes, part * tiles.len() + i, n_pieces);
+                    }
+                    let at = src.add(i * T::UNPACKED);
+                    sb_tile_rows::<T, 2, 4>(g, at, stride, tile..tile + 1, t, out, os);
+                }
+            } else {
+                for (p, bytes) in next {
+                    prefetch_share(p, bytes, part, n_parts);
+                }
+                sb_tile_rows::<T, 2, 4>(g, src, stride, tiles.clone(), t, out, os);
             }
-            sb_tile_rows::<T, 2, 4>(g, src, stride, tiles.clone(), t, out, os);
             t += 4;
             part += 1;
         }
@@ -3010,6 +3023,23 @@ unsafe fn sb_body_pair<T: SbType>(
         s0 = tiles.end;
     }
 }
+
+/// Most tiles of 4 tokens for which [`sb_body_pair`] asks for the next chunk's share in pieces,
+/// one before each tile of the chunk, rather than all at the start of a tile of tokens. A short
+/// batch's share is large (half a chunk at 8 tokens) and asked for at once it overflowed the
+/// core's miss buffers, so the next unpacking waited for memory; but running the tiles one at a
+/// time stores and reloads the sums between them, 6-10% of the kernel in cache in a long batch
+/// (`BEST=1 PACKED=1 kernel_bench 1 gemm 64|512 q4_k|q6_k`, pieces at every count). Measured
+/// 2026-12-06 (Zen 5, two threads), before -> after, alternated: out of cache (`BEST=1 PACKED=1
+/// HUGE=1 TYPES=q4_k,q6_k TOKENS=N kernel_bench 2 stream`, GB/s) Q6_K 12 tokens 18.3-18.7 ->
+/// 22.6-23.4, 16 tokens 16.8-17.2 -> 21.2-21.6, 24 tokens 14.6 -> 17.6-17.9, 32 tokens
+/// 12.1-12.4 -> 13.9-14.3 (Q4_K, on the decode kernels below 18 tokens: 24 tokens 12.1-12.3 ->
+/// 12.8-12.9, 32 level); whole prompts (`ollamars bench -t 2`, 3 runs each, t/s) 1.1B Q6_K
+/// pp12 252-255 -> 314-321, pp16 292-314 -> 392-408, pp24 392-406 -> 493-515, pp32 419-468 ->
+/// 522-534, 1.1B Q4_K_M pp24 458-478 -> 488-530, pp32 level; pp512 and the in-cache kernels
+/// level; 16 sequences decoding together (1.1B Q6_K) 269-305 -> 327-376 t/s. Pieces at 48
+/// and 64 tokens had cost 1-5% of a prompt.
+const PIECES_MAX_PARTS: usize = 8;
 
 /// The packed bytes a batch unpacks after the chunk of tiles that ends at `end`, as one
 /// `(start, bytes)` per group of the `n` groups at `group + r * gstride`: the same groups' next
