@@ -2973,7 +2973,16 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
 }
 
 /// Two groups (`group` and `group + gstride`) against a batch: [`sb_body`] with each
-/// activation load shared by 32 rows.
+/// activation load shared by 32 rows, in tiles of 4 tokens. The last 1-3 tokens go through the
+/// decode kernel in one pass over the packed tiles (in cache by then) rather than one at a time
+/// over every unpacked chunk: whole prompts from an empty cache (2026-12-06, switched at run
+/// time in one build and alternated, t/s) 1.1B Q6_K pp13 260.6 -> 282.4, pp15 277.3 -> 294.2,
+/// pp23 340.8 -> 359.9, pp31 387.6 -> 393.2; 1.1B Q4_K_M pp19 377.0 -> 418.9, pp23 406.9 ->
+/// 431.5, pp27 498.7 -> 548.5, pp67 641.0 -> 646.0. The landed build against the one before
+/// (`ollamars bench -t 2`, 3 runs each, alternated): Q4_K_M pp19 386-412 -> 460-469, pp27
+/// 400-490 -> 447-499, Q6_K pp13 / pp15 / pp23 level within the runs' spread (280-314 against
+/// 278-306, 306-320 against 280-346, 372-401 against 366-424), pp511 and the in-cache kernels
+/// (`kernel_bench 1 gemm 510`) level.
 #[inline(always)]
 unsafe fn sb_body_pair<T: SbType>(
     g: &PkArgs,
@@ -2983,6 +2992,8 @@ unsafe fn sb_body_pair<T: SbType>(
     out: *mut f32,
     os: usize,
 ) {
+    let tail = tokens.start + tokens.len() / 4 * 4..tokens.end;
+    let tokens = tokens.start..tail.start;
     let chunk = (UNPACK_CHUNK_BYTES / T::UNPACKED).max(1);
     let stride = chunk * T::UNPACKED;
     let src = unpacked_group(2 * stride);
@@ -3016,12 +3027,9 @@ unsafe fn sb_body_pair<T: SbType>(
             t += 4;
             part += 1;
         }
-        while t < tokens.end {
-            sb_tile_rows::<T, 2, 1>(g, src, stride, tiles.clone(), t, out, os);
-            t += 1;
-        }
         s0 = tiles.end;
     }
+    few_at_a_time!(tail, t => sb_decode::<T, 2, C>(g, group, gstride, t, out, os));
 }
 
 /// Most tiles of 4 tokens for which [`sb_body_pair`] asks for the next chunk's share in pieces,
