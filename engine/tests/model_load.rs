@@ -5,8 +5,11 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use engine::gguf::{Gguf, GgufWriter, Value};
-use engine::quant::FileType;
-use engine::{Error, KvType, Model, ModelParams};
+use engine::quant::{FileType, GgmlType};
+use engine::{Batch, Context, ContextParams, Error, KvType, Model, ModelParams};
+
+#[path = "models/tiny_model.rs"]
+mod tiny_model;
 
 fn tiny(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +58,105 @@ fn missing_key_is_named() {
         "{e}"
     );
     assert!(e.to_string().contains("llama.attention.layer_norm_rms_epsilon"));
+}
+
+/// Float hyperparameters no forward pass can use are refused at load, naming the key. A NaN in a
+/// RoPE setting made the first decode panic; the others only gave NaN logits.
+#[test]
+fn unusable_float_hyperparameters_are_named() {
+    let cases: &[(&str, f32)] = &[
+        ("llama.rope.freq_base", f32::NAN),
+        ("llama.rope.freq_base", 0.0),
+        ("llama.rope.freq_base", -10_000.0),
+        ("llama.rope.scaling.factor", f32::NAN),
+        ("llama.rope.scaling.factor", -4.0),
+        ("llama.rope.scale_linear", f32::INFINITY),
+        ("llama.rope.scale_linear", -2.0),
+        ("llama.rope.scaling.attn_factor", f32::NAN),
+        ("llama.rope.scaling.yarn_beta_fast", f32::NEG_INFINITY),
+        ("llama.attention.layer_norm_rms_epsilon", f32::NAN),
+        ("llama.attention.layer_norm_rms_epsilon", -1e-5),
+        ("llama.attention.logit_softcapping", f32::INFINITY),
+        ("llama.final_logit_softcapping", f32::NAN),
+        ("llama.attention.scale", f32::NAN),
+    ];
+    for &(key, v) in cases {
+        let e = load_edited(&tiny("tiny-llama-spm-e64-f32.gguf"), |w, _| {
+            w.set(key, Value::F32(v));
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::BadKey { key: k, .. } if k == key),
+            "{key} = {v}: {e}"
+        );
+    }
+    // Gemma 3's sliding-window layers have a base frequency of their own, under either key.
+    let dir = tempfile::tempdir().unwrap();
+    let gemma = dir.path().join("gemma3.gguf");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    tiny_model::write(tiny_model::spec("tiny-gemma3-f16"), &fixtures, &gemma);
+    for key in ["gemma3.rope.freq_base_swa", "gemma3.rope.local.freq_base"] {
+        for v in [f32::NAN, 0.0] {
+            let e = load_edited(&gemma, |w, _| {
+                w.set(key, Value::F32(v));
+            })
+            .unwrap_err();
+            assert!(
+                matches!(&e, Error::BadKey { key: k, .. } if k == key),
+                "{key} = {v}: {e}"
+            );
+        }
+    }
+    // The limits themselves load: no epsilon, a scaling factor of 0 (none).
+    for (key, v) in [
+        ("llama.attention.layer_norm_rms_epsilon", 0.0),
+        ("llama.rope.scaling.factor", 0.0),
+    ] {
+        load_edited(&tiny("tiny-llama-spm-e64-f32.gguf"), |w, _| {
+            w.set(key, Value::F32(v));
+        })
+        .unwrap_or_else(|e| panic!("{key} = {v}: {e}"));
+    }
+}
+
+/// A NaN among a file's RoPE frequency factors is data, like a NaN weight: the model runs, with
+/// whatever logits the arithmetic gives. The first decode used to panic: each layer's table of
+/// angles was looked up again by its RoPE's value, and a RoPE holding a NaN equals none.
+#[test]
+fn nan_rope_factors_do_not_panic() {
+    let src = tiny("tiny-llama-spm-e64-f32.gguf");
+    let g = Gguf::open(&src).unwrap();
+    let n_pairs = Model::load(&src, &ModelParams::default())
+        .unwrap()
+        .hparams()
+        .n_rot
+        / 2;
+    let mut w = GgufWriter::from_model(&g).unwrap();
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, &[n_pairs as u64])
+        .unwrap();
+    let factors: Vec<u8> = (0..n_pairs)
+        .flat_map(|i| if i == 1 { f32::NAN } else { 1.0f32 }.to_le_bytes())
+        .collect();
+    let tensors = g.tensors();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nan-rope.gguf");
+    w.write_file(&path, |i, _| {
+        Ok(match tensors.get(i) {
+            Some(t) => Cow::Borrowed(g.tensor_data(t)),
+            None => Cow::Owned(factors.clone()),
+        })
+    })
+    .unwrap();
+    let m = Model::load(&path, &ModelParams::default()).unwrap();
+    let params = ContextParams {
+        n_ctx: 64,
+        n_batch: 8,
+        ..Default::default()
+    };
+    let mut ctx = Context::new(m, params).unwrap();
+    ctx.decode(&Batch::from_tokens(&[1, 2, 3], 0, 0)).unwrap();
+    ctx.decode(&Batch::from_tokens(&[4], 3, 0)).unwrap();
+    assert!(ctx.logits(0).is_some());
 }
 
 #[test]

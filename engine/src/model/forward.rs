@@ -334,17 +334,24 @@ impl Model {
         let n_tokens = ub.tokens.len();
         let mut x = self.embed(ub.tokens);
 
-        // The rotation angles of each token, once per distinct RoPE (gemma3 has two).
+        // The rotation angles of each token, once per distinct RoPE (gemma3 has two), and the
+        // table of each layer. Kept by index rather than looked up again by value: a RoPE with
+        // a NaN in it (a `rope_freqs` tensor's) equals no RoPE, itself included.
         let mut tables: Vec<(&Rope, Vec<f32>)> = Vec::new();
-        for rope in ropes {
-            if !tables.iter().any(|(r, _)| *r == rope) {
+        let table_of: Vec<usize> = ropes
+            .iter()
+            .map(|rope| {
+                if let Some(i) = tables.iter().position(|(r, _)| *r == rope) {
+                    return i;
+                }
                 let mut cs = vec![0f32; n_tokens * rope.n_rot];
                 for (row, &p) in cs.chunks_exact_mut(rope.n_rot).zip(ub.pos) {
                     rope.cos_sin(p as f32, row);
                 }
                 tables.push((rope, cs));
-            }
-        }
+                tables.len() - 1
+            })
+            .collect();
 
         // The cells each token may see, per KV pool: the same in every layer of the pool.
         let visible: Vec<Vec<Vec<u32>>> = kv
@@ -377,11 +384,7 @@ impl Model {
             let (nh, nkv) = (hp.n_head[il], hp.n_head_kv[il]);
             let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
             let rope = &ropes[il];
-            let cs = &tables
-                .iter()
-                .find(|(r, _)| *r == rope)
-                .expect("table built above")
-                .1;
+            let cs = &tables[table_of[il]].1;
             let pool = kv.layer_pool(il);
 
             // Attention: Q of every row, K and V stored in the cache chunk by chunk. Each chunk

@@ -5,7 +5,7 @@
 //! Gemma's `+1`.
 
 use super::arch::{Arch, Ffn, QScale};
-use super::hparams::HParams;
+use super::hparams::{rope_base, HParams};
 use crate::gguf::{Metadata, Value};
 use crate::ops::rope::RopeStyle;
 use crate::{Error, Result};
@@ -62,9 +62,8 @@ fn hparams(h: &mut HParams, meta: &Metadata) -> Result<()> {
     if h.n_swa.is_none() {
         h.swa_layers.fill(false);
     }
-    h.rope_freq_base_swa = meta
-        .get_f32("gemma3.rope.freq_base_swa")?
-        .or(meta.get_f32("gemma3.rope.local.freq_base")?)
+    h.rope_freq_base_swa = rope_base(meta, "gemma3.rope.freq_base_swa")?
+        .or(rope_base(meta, "gemma3.rope.local.freq_base")?)
         .unwrap_or(10_000.0);
     h.rope_freq_scale_swa = 1.0;
     // Gemma 3 27B scales by n_embd / n_head instead of the head size (query_pre_attn_scalar).

@@ -103,7 +103,7 @@ impl HParams {
             }
         }
         let opt_u64 = |k: &str| meta.get_u64(&key(k));
-        let opt_f32 = |k: &str| meta.get_f32(&key(k));
+        let opt_f32 = |k: &str| finite_f32(meta, &key(k));
         let head_dim_k = match opt_u64("attention.key_length")? {
             Some(v) => positive("attention.key_length", v)?,
             None => n_embd / n_head[0],
@@ -123,7 +123,13 @@ impl HParams {
             });
         }
         let rms_key = key("attention.layer_norm_rms_epsilon");
-        let rms_eps = meta.require(&rms_key, meta.get_f32(&rms_key))?;
+        let rms_eps = meta.require(&rms_key, finite_f32(meta, &rms_key))?;
+        if rms_eps < 0.0 {
+            return Err(Error::BadKey {
+                key: rms_key,
+                msg: format!("{rms_eps} is negative"),
+            });
+        }
         let n_ctx_train = u32::try_from(req_u64("context_length")?).map_err(|_| Error::BadKey {
             key: key("context_length"),
             msg: "out of range".into(),
@@ -140,9 +146,16 @@ impl HParams {
                 })
             }
         };
-        let factor = opt_f32("rope.scaling.factor")?
-            .or(opt_f32("rope.scale_linear")?)
-            .unwrap_or(0.0);
+        let (factor_key, factor) = match opt_f32("rope.scaling.factor")? {
+            Some(f) => ("rope.scaling.factor", f),
+            None => ("rope.scale_linear", opt_f32("rope.scale_linear")?.unwrap_or(0.0)),
+        };
+        if factor < 0.0 {
+            return Err(Error::BadKey {
+                key: key(factor_key),
+                msg: format!("RoPE scaling factor {factor} is negative"),
+            });
+        }
         let rope_freq_scale = if rope_scaling == RopeScaling::None || factor == 0.0 {
             1.0
         } else {
@@ -182,7 +195,7 @@ impl HParams {
             head_dim_v,
             n_rot,
             rms_eps,
-            rope_freq_base: opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_freq_base: rope_base(meta, &key("rope.freq_base"))?.unwrap_or(10_000.0),
             rope_freq_scale,
             rope_scaling,
             n_ctx_orig_yarn,
@@ -222,5 +235,29 @@ impl HParams {
         } else {
             1.0 / (self.head_dim_k as f32).sqrt()
         }
+    }
+}
+
+/// An optional float hyperparameter. NaN or infinity (a corrupt or hand-edited file) is an error
+/// naming the key: in the forward pass it would only turn every logit into NaN.
+pub(super) fn finite_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {
+    match meta.get_f32(key)? {
+        Some(v) if !v.is_finite() => Err(Error::BadKey {
+            key: key.to_string(),
+            msg: format!("{v} is not a finite number"),
+        }),
+        v => Ok(v),
+    }
+}
+
+/// An optional RoPE base frequency: [`finite_f32`] and above zero, since its negative powers are
+/// the rotation speeds (zero or below gives infinite or NaN angles).
+pub(super) fn rope_base(meta: &Metadata, key: &str) -> Result<Option<f32>> {
+    match finite_f32(meta, key)? {
+        Some(v) if v <= 0.0 => Err(Error::BadKey {
+            key: key.to_string(),
+            msg: format!("RoPE base frequency {v} is not positive"),
+        }),
+        v => Ok(v),
     }
 }
