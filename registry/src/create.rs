@@ -259,6 +259,10 @@ pub async fn create(
             return Err(Error::request(format!("invalid file name {key:?}")));
         }
     }
+    if let Some(t) = non_empty(&req.template) {
+        engine::template::ChatFormat::check_template(t)
+            .map_err(|e| Error::request(format!("template error: {e}")))?;
+    }
     let quantize = match non_empty(&req.quantize) {
         Some(q) => Some(engine::quant::FileType::from_name(q).ok_or_else(|| {
             Error::request(format!(

@@ -137,6 +137,19 @@ pub struct TemplateCapabilities {
     pub insert: bool,
 }
 
+/// A template of Ollama's kind (a Modelfile's TEMPLATE or a request's `template`): Go, or Jinja
+/// when it does not parse as Go but holds `{%` (a chat template pasted into a Modelfile).
+fn compile_ollama(text: String) -> Result<Engine> {
+    match OllamaTemplate::parse(&text) {
+        Ok(t) => Ok(Engine::Go(t)),
+        Err(go_err) if text.contains("{%") => match JinjaTemplate::new(&text) {
+            Ok(j) => Ok(Engine::Jinja(Box::new(j), text)),
+            Err(_) => Err(go_err),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 impl ChatFormat {
     /// Picks and compiles the template by precedence.
     pub fn select(model: &ModelTemplates, request_template: Option<&str>) -> Result<ChatFormat> {
@@ -152,14 +165,7 @@ impl ChatFormat {
         let engine = if source == TemplateSource::Gguf {
             Engine::Jinja(Box::new(JinjaTemplate::new(&text)?), text)
         } else {
-            match OllamaTemplate::parse(&text) {
-                Ok(t) => Engine::Go(t),
-                Err(go_err) if text.contains("{%") => match JinjaTemplate::new(&text) {
-                    Ok(j) => Engine::Jinja(Box::new(j), text),
-                    Err(_) => return Err(go_err),
-                },
-                Err(e) => return Err(e),
-            }
+            compile_ollama(text)?
         };
         Ok(ChatFormat {
             engine,
@@ -168,6 +174,12 @@ impl ChatFormat {
             eos_token: model.eos_token.clone(),
             add_bos: model.add_bos,
         })
+    }
+
+    /// Checks a Modelfile's TEMPLATE as [`ChatFormat::select`] will compile it, so `create` can
+    /// refuse one that would fail every request to the model (Ollama's "template error").
+    pub fn check_template(text: &str) -> Result<()> {
+        compile_ollama(text.to_string()).map(drop)
     }
 
     pub fn source(&self) -> TemplateSource {

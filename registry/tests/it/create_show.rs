@@ -258,6 +258,24 @@ async fn bad_inputs_get_clear_errors() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("neither"), "{err}");
+    // A TEMPLATE that would fail every request is refused before anything is written; a Jinja
+    // chat template pasted into a Modelfile is taken, as requests will render it.
+    common::tiny_gguf(&dir.path().join("m.gguf"), 4, &[]);
+    for bad in [
+        "{{",
+        "{{ .Prompt }}{{ range .Messages }}",
+        "{{ template \"x\" }}",
+        "{% for m in messages %}{{ m.content }",
+    ] {
+        let text = format!("FROM ./m.gguf\nTEMPLATE \"\"\"{bad}\"\"\"\n");
+        let err = create_mf(&store, dir.path(), "x", &text).await.expect_err(bad);
+        assert!(err.is_bad_request(), "{bad}: {err}");
+        assert!(err.to_string().starts_with("template error: "), "{bad}: {err}");
+    }
+    assert!(store.list().unwrap().is_empty());
+    let jinja = "FROM ./m.gguf\nTEMPLATE \"\"\"{% for m in messages %}{{ m.content }}{% endfor %}\"\"\"\n";
+    create_mf(&store, dir.path(), "x", jinja).await.unwrap();
+    store.delete(&name("x")).unwrap();
     let tmp = common::tree(store.root());
     assert!(tmp.iter().all(|f| !f.contains(".tmp-")), "{tmp:?}");
 }
