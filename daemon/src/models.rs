@@ -385,10 +385,19 @@ struct CreateBody {
     license: Option<Value>,
     system: Option<String>,
     parameters: Option<Map<String, Value>>,
-    messages: Option<Vec<Value>>,
+    messages: Option<Vec<CreateMessage>>,
     renderer: Option<String>,
     parser: Option<String>,
     requires: Option<String>,
+}
+
+/// A MESSAGE of `/api/create`: typed, so a role or content that is not a string is a 400 (as in
+/// Ollama) rather than a message silently stored empty.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CreateMessage {
+    role: Option<String>,
+    content: Option<String>,
 }
 
 fn digests(files: Option<BTreeMap<String, String>>) -> ApiResult<BTreeMap<String, Digest>> {
@@ -435,18 +444,9 @@ pub async fn create(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
                 .messages
                 .unwrap_or_default()
                 .into_iter()
-                .map(|m| {
-                    let role = m
-                        .get("role")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_lowercase();
-                    let content = m
-                        .get("content")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    registry::Message { role, content }
+                .map(|m| registry::Message {
+                    role: m.role.unwrap_or_default().to_lowercase(),
+                    content: m.content.unwrap_or_default(),
                 })
                 .collect();
             let creq = registry::CreateRequest {

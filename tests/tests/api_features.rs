@@ -542,3 +542,39 @@ fn create_with_quantize_makes_the_requested_type() {
     let tags = d.get("/api/tags").json::<Value>().unwrap();
     assert_eq!(tags["models"].as_array().unwrap().len(), 1, "{tags}");
 }
+
+/// `/api/create` refuses, with a 400 and nothing created, what would make a broken model: a
+/// MESSAGE whose role or content is not a string (stored as an empty message before) and a
+/// TEMPLATE that does not compile (every request to the model failed with 500 before).
+#[test]
+fn create_refuses_what_no_request_could_use() {
+    let d = tiny_daemon();
+    let bad = [
+        json!({"messages": [{"role": "user", "content": 5}]}),
+        json!({"messages": [{"role": 1, "content": "hi"}]}),
+        json!({"messages": "hi"}),
+        json!({"template": "{{ .Prompt"}),
+    ];
+    for fields in bad {
+        let mut req = json!({"model": "broken", "from": "tiny", "stream": false});
+        req.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        let r = d.post("/api/create", &req);
+        assert_eq!(r.status(), 400, "{fields}");
+        let body = r.json::<Value>().unwrap();
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+    }
+    let tags = d.get("/api/tags").json::<Value>().unwrap();
+    assert_eq!(tags["models"].as_array().unwrap().len(), 1, "{tags}");
+    // Well-formed messages are kept as given.
+    let req = json!({"model": "ok", "from": "tiny", "stream": false,
+        "messages": [{"role": "User", "content": "hi"}, {"role": "assistant"}]});
+    d.post_ok("/api/create", &req);
+    let show = d.post_ok("/api/show", &json!({"model": "ok"}));
+    assert_eq!(
+        show["messages"],
+        json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]),
+        "{show}"
+    );
+}
