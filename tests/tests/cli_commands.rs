@@ -254,7 +254,7 @@ fn unknown_models_are_one_line_errors() {
     let err = fails_with_one_line(cli(&d, &["cp", "nosuch", "other"]));
     assert!(err.contains("nosuch"), "{err}");
     let err = fails_with_one_line(cli(&d, &["create", "../../etc/passwd", "-f", "/dev/null"]));
-    assert!(err.contains("invalid model name"), "{err}");
+    assert_eq!(err.matches("invalid model name").count(), 1, "{err}");
 }
 
 #[test]
@@ -354,7 +354,7 @@ fn clients_reach_a_daemon_on_a_unix_socket() {
     // pull and push reach the daemon too: it refuses an invalid name (no network needed).
     for args in [&["pull", "../etc/passwd"][..], &["push", "../etc/passwd"]] {
         let err = fails_with_one_line(cli_at(&host, args, ""));
-        assert!(err.contains("invalid model name"), "{args:?}: {err}");
+        assert_eq!(err.matches("invalid model name").count(), 1, "{args:?}: {err}");
     }
     drop(serve);
 }

@@ -36,8 +36,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    registry::Name::parse(&args.model)
-        .map_err(|e| anyhow::anyhow!("invalid model name {:?}: {e}", args.model))?;
+    // The error names the model already ("invalid model name \"..\": why").
+    registry::Name::parse(&args.model)?;
     let (modelfile, base_dir) = read_modelfile(args.file.as_deref())?;
     let client = Client::from_env()?;
     // Fail before hashing gigabytes when the daemon is not there.
