@@ -228,7 +228,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         key: "num_threads",
         env: "OLLAMARS_NUM_THREADS",
         default: "0",
-        help: "engine threads per model, 0 = one per CPU",
+        help: "engine threads per model, 0 = one per CPU (at most 512)",
     },
     SettingDoc {
         key: "max_prompt_bytes",
@@ -663,6 +663,12 @@ impl Config {
                 .map_err(|e| ConfigError(format!("api_keys_file {}: {e}", path.display())))?;
             cfg.api_keys.extend(keys);
         }
+        if cfg.num_threads > engine::threads::MAX_THREADS {
+            return Err(ConfigError(format!(
+                "num_threads: at most {} threads per model",
+                engine::threads::MAX_THREADS
+            )));
+        }
         if cfg.num_parallel > engine::kv::MAX_SEQ {
             return Err(ConfigError(format!(
                 "num_parallel: at most {} slots per model",
@@ -858,6 +864,10 @@ mod tests {
         assert!(e.contains("OLLAMARS_KV_CACHE_TYPE"), "{e}");
         let e = load(None, &[("OLLAMARS_HOST", "x:y")]).unwrap_err().to_string();
         assert!(e.contains("OLLAMARS_HOST"), "{e}");
+        // Past the engine's limit, threads are refused at start-up, not when a model loads.
+        let e = load(Some("num_threads: 100000\n"), &[]).unwrap_err().to_string();
+        assert!(e.contains("num_threads") && e.contains("512"), "{e}");
+        assert_eq!(load(Some("num_threads: 512\n"), &[]).unwrap().num_threads, 512);
     }
 
     #[test]

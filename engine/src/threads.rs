@@ -79,6 +79,11 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// Most threads a pool runs (llama.cpp's `GGML_MAX_N_THREADS`). A count far past the CPUs only
+/// slows the forward pass, and 100,000 asked for (a typo in `num_threads`) made the process abort
+/// while its threads started, when memory for their stack guards ran out.
+pub const MAX_THREADS: usize = 512;
+
 /// A pool of `n_threads - 1` workers plus the calling thread.
 pub struct ThreadPool {
     shared: Arc<Shared>,
@@ -116,6 +121,12 @@ impl ThreadPool {
         } else {
             n_threads
         };
+        if n > MAX_THREADS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{n} threads asked for, at most {MAX_THREADS}"),
+            ));
+        }
         let shared = Arc::new(Shared {
             n_threads: n,
             spin,
@@ -543,6 +554,13 @@ impl Barrier {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn more_threads_than_the_limit_are_an_error() {
+        let e = ThreadPool::new(MAX_THREADS + 1).err().expect("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("at most 512"), "{e}");
+    }
 
     #[test]
     fn every_chunk_is_done_once() {
