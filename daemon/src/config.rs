@@ -277,7 +277,7 @@ struct FileConfig {
     keep_alive: Option<Parsed<KeepAlive>>,
     num_parallel: Option<Parsed<Positive>>,
     max_loaded_models: Option<Parsed<Positive>>,
-    max_queue: Option<Parsed<Count>>,
+    max_queue: Option<Parsed<Positive>>,
     context_length: Option<Parsed<Positive>>,
     origins: Option<Origins>,
     kv_cache_type: Option<Parsed<Kv>>,
@@ -353,10 +353,14 @@ impl Setting for Kv {
     }
 }
 
+/// A size limit: zero would refuse every model (`max_memory`) or every request.
 struct Bytes(u64);
 impl Setting for Bytes {
     fn parse(s: &str) -> Result<Self, String> {
-        parse_bytes(s).map(Bytes)
+        match parse_bytes(s)? {
+            0 => Err(format!("{s:?} is not a positive size")),
+            n => Ok(Bytes(n)),
+        }
     }
 }
 
@@ -564,9 +568,11 @@ impl Config {
         >| c
             .max_loaded_models =
             v.0 .0 as usize);
-        file!("max_queue", file.max_queue, |c: &mut Config, v: Parsed<Count>| {
-            c.max_queue = v.0 .0 as usize
-        });
+        file!(
+            "max_queue",
+            file.max_queue,
+            |c: &mut Config, v: Parsed<Positive>| { c.max_queue = v.0 .0 as usize }
+        );
         file!(
             "context_length",
             file.context_length,
@@ -639,14 +645,14 @@ impl Config {
                 "keep_alive" => cfg.keep_alive = KeepAlive::parse_setting(&raw).map_err(bad)?,
                 "num_parallel" => cfg.num_parallel = Positive::parse(&raw).map_err(bad)?.0 as u32,
                 "max_loaded_models" => cfg.max_loaded_models = Positive::parse(&raw).map_err(bad)?.0 as usize,
-                "max_queue" => cfg.max_queue = Count::parse(&raw).map_err(bad)?.0 as usize,
+                "max_queue" => cfg.max_queue = Positive::parse(&raw).map_err(bad)?.0 as usize,
                 "context_length" => cfg.context_length = Positive::parse(&raw).map_err(bad)?.0 as u32,
                 "origins" => cfg.origins = split_list(&raw),
                 "kv_cache_type" => cfg.kv_cache_type = Kv::parse(&raw).map_err(bad)?.0,
-                "max_memory" => cfg.max_memory = parse_bytes(&raw).map_err(bad)?,
-                "max_request_bytes" => cfg.max_request_bytes = parse_bytes(&raw).map_err(bad)?,
+                "max_memory" => cfg.max_memory = Bytes::parse(&raw).map_err(bad)?.0,
+                "max_request_bytes" => cfg.max_request_bytes = Bytes::parse(&raw).map_err(bad)?.0,
                 "num_threads" => cfg.num_threads = Count::parse(&raw).map_err(bad)?.0 as usize,
-                "max_prompt_bytes" => cfg.max_prompt_bytes = parse_bytes(&raw).map_err(bad)?,
+                "max_prompt_bytes" => cfg.max_prompt_bytes = Bytes::parse(&raw).map_err(bad)?.0,
                 "max_images" => cfg.max_images = Count::parse(&raw).map_err(bad)?.0 as usize,
                 "read_timeout" => cfg.read_timeout = Seconds::parse(&raw).map_err(bad)?.0,
                 "api_keys" => cfg.api_keys = ApiKey::parse_list(&raw).map_err(bad)?,
@@ -868,6 +874,18 @@ mod tests {
         let e = load(Some("num_threads: 100000\n"), &[]).unwrap_err().to_string();
         assert!(e.contains("num_threads") && e.contains("512"), "{e}");
         assert_eq!(load(Some("num_threads: 512\n"), &[]).unwrap().num_threads, 512);
+        // Zero queue or zero sizes would refuse every request or every model.
+        for (key, env) in [
+            ("max_queue", "OLLAMARS_MAX_QUEUE"),
+            ("max_memory", "OLLAMARS_MAX_MEMORY"),
+            ("max_request_bytes", "OLLAMARS_MAX_REQUEST_BYTES"),
+            ("max_prompt_bytes", "OLLAMARS_MAX_PROMPT_BYTES"),
+        ] {
+            let e = load(Some(&format!("{key}: 0\n")), &[]).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("positive"), "{e}");
+            let e = load(None, &[(env, "0")]).unwrap_err().to_string();
+            assert!(e.contains(env) && e.contains("positive"), "{e}");
+        }
     }
 
     #[test]
