@@ -245,8 +245,23 @@ impl ChatFormat {
                         "this model's template does not support insert (suffix)".into(),
                     ));
                 }
-                let rendered = t.render(&JinjaInputs {
-                    messages: req.messages,
+                // A chat that ends in an assistant message asks for that message's
+                // continuation ("prefill", as llama.cpp's server and Ollama's own templates do):
+                // the turns before it are rendered up to the assistant header, then its text
+                // follows, left open. Not for tool calls, nor for an assistant message alone.
+                let (messages, prefill) = match req.messages.split_last() {
+                    Some((last, before))
+                        if req.add_generation_prompt
+                            && last.role == "assistant"
+                            && last.tool_calls.is_empty()
+                            && !before.is_empty() =>
+                    {
+                        (before, last.content.as_str())
+                    }
+                    _ => (req.messages, ""),
+                };
+                let mut rendered = t.render(&JinjaInputs {
+                    messages,
                     tools: req.tools,
                     add_generation_prompt: req.add_generation_prompt,
                     bos_token: &self.bos_token,
@@ -254,6 +269,7 @@ impl ChatFormat {
                     think: req.think,
                     now: req.now,
                 })?;
+                rendered.push_str(prefill);
                 Ok(match rendered.strip_prefix(self.bos_token.as_str()) {
                     Some(rest) if self.add_bos && !self.bos_token.is_empty() => rest.to_string(),
                     _ => rendered,
@@ -377,6 +393,42 @@ mod tests {
         assert_eq!(plain.resolve_think(None).unwrap(), None);
         assert!(plain.resolve_think(Some(Think::Level("high".into()))).is_err());
         assert_eq!(plain.resolve_think(Some(Think::Off)).unwrap(), Some(Think::Off));
+    }
+
+    #[test]
+    fn a_chat_ending_in_an_assistant_message_continues_it() {
+        let chatml = ModelTemplates {
+            chat_template: Some(
+                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+                 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                    .into(),
+            ),
+            ..ModelTemplates::default()
+        };
+        let f = ChatFormat::select(&chatml, None).unwrap();
+        let render = |msgs: &[Message]| f.render(&PromptRequest::chat(msgs, &[], None)).unwrap();
+        let user = Message::new("user", "2+2?");
+        assert_eq!(
+            render(&[user.clone(), Message::new("assistant", "{\"answer\": ")]),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n{\"answer\": "
+        );
+        // A finished turn before the user's is rendered closed, as before.
+        assert_eq!(
+            render(&[Message::new("assistant", "Hi."), user.clone()]),
+            "<|im_start|>assistant\nHi.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // An assistant message alone, or one with tool calls, is a closed turn.
+        assert_eq!(
+            render(&[Message::new("assistant", "Hi.")]),
+            "<|im_start|>assistant\nHi.<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let mut call = Message::new("assistant", "");
+        call.tool_calls.push(crate::chat::ToolCall {
+            id: None,
+            name: "f".into(),
+            arguments: Default::default(),
+        });
+        assert!(render(&[user, call]).ends_with("<|im_end|>\n<|im_start|>assistant\n"));
     }
 
     #[test]
