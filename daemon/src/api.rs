@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{
     check_images, find_model, fit_tokens, is_unload, load_answer, model_messages, model_options,
-    render_fitting, respond, start, tokenize, ChatNdjson, GenerateNdjson, Plan, RunInfo, Running, StoreModel,
+    render_fitting, respond, start, tokenize, ChatNdjson, Fitted, GenerateNdjson, Plan, RunInfo, Running,
+    StoreModel,
 };
 use crate::options::Options;
 use crate::scheduler::{Lease, Ticket};
@@ -180,7 +181,12 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
     let msgs = chat_messages(sm.model.system.as_deref(), &model_messages(&sm.model), &messages);
     let truncate = c.truncate.unwrap_or(true);
     let n_ctx = loaded.n_ctx as usize;
-    let (text, mut tokens, dropped) = {
+    let Fitted {
+        text,
+        mut tokens,
+        original_tokens,
+        dropped_messages,
+    } = {
         let (loaded, format, tools) = (loaded.clone(), format.clone(), tools.clone());
         let think = think.clone();
         tokio::task::spawn_blocking(move || {
@@ -192,14 +198,13 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
     if c.debug_render_only {
         return Ok(rendered_answer(&c.model, true, &text));
     }
-    let original = tokens.len();
     let truncation = fit_tokens(
         &mut tokens,
         n_ctx,
         options.num_keep.max(0) as usize,
         truncate,
-        original,
-        dropped,
+        original_tokens,
+        dropped_messages,
     )?;
     if let Some(t) = &truncation {
         tracing::warn!(model = %c.model, original = t.original_tokens, dropped_messages = t.dropped_messages,

@@ -153,9 +153,17 @@ pub fn tokenize(loaded: &Loaded, text: &str) -> Vec<TokenId> {
     loaded.vocab.tokenize(text, true, true)
 }
 
+/// A chat rendered to fit the context.
+pub struct Fitted {
+    pub text: String,
+    pub tokens: Vec<TokenId>,
+    /// Tokens of the whole conversation as rendered before any message was dropped.
+    pub original_tokens: usize,
+    pub dropped_messages: usize,
+}
+
 /// Renders `msgs`, dropping the oldest non-system messages while the prompt does not fit (as
-/// Ollama's `chatPrompt`), when `truncate`. Returns the prompt, its tokens and how many
-/// messages were dropped.
+/// Ollama's `chatPrompt`), when `truncate`.
 pub fn render_fitting(
     loaded: &Loaded,
     format: &ChatFormat,
@@ -164,7 +172,7 @@ pub fn render_fitting(
     think: Option<&Think>,
     truncate: bool,
     n_ctx: usize,
-) -> ApiResult<(String, Vec<TokenId>, usize)> {
+) -> ApiResult<Fitted> {
     let render = |from: usize| -> ApiResult<(String, Vec<TokenId>)> {
         let mut kept: Vec<Message> = msgs[..from]
             .iter()
@@ -178,9 +186,15 @@ pub fn render_fitting(
         let toks = tokenize(loaded, &text);
         Ok((text, toks))
     };
-    let (text, toks) = render(0)?;
-    if toks.len() <= n_ctx || !truncate || msgs.len() <= 1 {
-        return Ok((text, toks, 0));
+    let (text, tokens) = render(0)?;
+    let original_tokens = tokens.len();
+    if original_tokens <= n_ctx || !truncate || msgs.len() <= 1 {
+        return Ok(Fitted {
+            text,
+            tokens,
+            original_tokens,
+            dropped_messages: 0,
+        });
     }
     // Fewer messages never make a longer prompt: search the first start that fits.
     let last = msgs.len() - 1;
@@ -199,12 +213,16 @@ pub fn render_fitting(
             lo = mid + 1;
         }
     }
-    let (from, (text, toks)) = match best {
+    let (from, (text, tokens)) = match best {
         Some(b) => b,
         None => (last, render(last)?),
     };
-    let dropped = msgs[..from].iter().filter(|m| m.role != "system").count();
-    Ok((text, toks, dropped))
+    Ok(Fitted {
+        text,
+        tokens,
+        original_tokens,
+        dropped_messages: msgs[..from].iter().filter(|m| m.role != "system").count(),
+    })
 }
 
 /// Fits the tokens into the context: cuts them (reporting it) when allowed, else a 400.

@@ -440,6 +440,50 @@ fn prompt_longer_than_num_ctx_is_reported_or_refused() {
 }
 
 #[test]
+fn chat_longer_than_num_ctx_drops_its_oldest_messages_and_says_so() {
+    let d = Daemon::start();
+    let template = "{{ range .Messages }}<{{ .Role }}>{{ .Content }}\n{{ end }}<assistant>";
+    d.create_model_with("tiny", &models::tiny_llama(), json!({"template": template}));
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
+    let mut chat = json!({"model": "tiny", "stream": false,
+        "messages": [{"role": "system", "content": "You are terse."},
+                     {"role": "user", "content": long},
+                     {"role": "assistant", "content": "ok"},
+                     {"role": "user", "content": "hi"}],
+        "options": {"num_ctx": 64, "num_predict": 2}});
+    let r = d.post("/api/chat", &chat);
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ollamars-truncated"], "true");
+    let header = |name: &str| -> u64 { r.headers()[name].to_str().unwrap().parse().unwrap() };
+    let (original, dropped) = (
+        header("x-ollamars-prompt-tokens"),
+        header("x-ollamars-dropped-messages"),
+    );
+    let v = r.json::<Value>().unwrap();
+    assert_eq!(v["truncated"], true, "{v}");
+    // The original is the whole conversation's length, not the length of what was kept.
+    assert_eq!(v["prompt_tokens_original"], original, "{v}");
+    assert!(original > 64, "{v}");
+    assert_eq!(v["messages_dropped"], dropped, "{v}");
+    assert!(dropped >= 1, "{v}");
+    assert!(v["prompt_eval_count"].as_u64().unwrap() <= 64, "{v}");
+
+    // The system message stays, the oldest turn goes.
+    chat["_debug_render_only"] = json!(true);
+    let v = d.post_ok("/api/chat", &chat);
+    let rendered = v["_debug_info"]["rendered_template"].as_str().unwrap();
+    assert_eq!(
+        rendered,
+        "<system>You are terse.\n<assistant>ok\n<user>hi\n<assistant>"
+    );
+
+    chat["_debug_render_only"] = json!(false);
+    chat["truncate"] = json!(false);
+    let r = d.post("/api/chat", &chat);
+    assert_eq!(r.status(), 400);
+}
+
+#[test]
 fn openai_endpoints_and_sse() {
     let d = tiny_daemon();
     let chat = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
