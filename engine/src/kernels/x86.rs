@@ -1824,7 +1824,7 @@ pub(super) struct PkArgs<'a> {
 /// 8192 bytes: Q4_0 4.0-4.3 / 6.3 / 4.7-5.1 / 6.3 / 5.5 GB/s, Q6_K 3.8-4.3 / 5.2 / 5.2 / 6.2 /
 /// 5.2 GB/s; 4096 was best or tied for every type.
 ///
-/// 8 KiB on AMD Zen 5 and later, whose T0 prefetches ([`prefetch_into_l1`]) need the longer
+/// 8 KiB on AMD Zen 5 and later, whose L1 prefetches ([`prefetch_nta`]) need the longer
 /// lead once memory reads fast: the 2-vCPU EPYC VM (family 1Ah) flips between a ~50 and a
 /// ~80 GB/s state of the `membw` probe, and 4 KiB, tuned in the slow one, fell behind in the
 /// fast one (`BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, 2026-12-06, alternated, GB/s,
@@ -1837,7 +1837,9 @@ pub(super) struct PkArgs<'a> {
 /// 106.8/106.5 -> 115.3/111.0, Q4_K_M 93.4/96.5 -> 106.8/105.8, Q6_K 71.9/74.2 -> 80.0/81.5;
 /// tg128 Gemma 3 270M 230.1/239.6 -> 266.4/258.6, Qwen2.5-Coder 0.5B 153.2/161.6 ->
 /// 158.0/166.6; in the slow state level (Q4_0 72.5 -> 73.6, Q4_K_M 71.9 -> 68.9, Q6_K 53.4 ->
-/// 56.2, Q8_0 40.7 -> 44.7).
+/// 56.2, Q8_0 40.7 -> 44.7). Those were T0 prefetches; with NTA 8 KiB stayed best (whole 1.1B
+/// models' tg, 2 threads, the four alternated, median per-pair ratio to 8 KiB: 6 KiB
+/// 0.936-0.982, 12 KiB 0.943-0.964, 16 KiB 0.930-0.947 over Q4_0, Q4_K_M, Q6_K and Q8_0).
 #[inline(always)]
 fn prefetch_distance() -> usize {
     if is_zen5_or_later() {
@@ -1854,7 +1856,7 @@ fn prefetch_distance() -> usize {
 /// memory with compute. Prefetches never fault, so running past the matrix is harmless; they
 /// change no arithmetic, so decode keeps the batch kernels' bits.
 ///
-/// Into L2 (T1), not L1 (T0), except on AMD Zen 5 and later ([`prefetch_into_l1`]): a T0
+/// Into L2 (T1), not L1, except on AMD Zen 5 and later ([`prefetch_nta`]): a T0
 /// prefetch holds one of the few L1 miss buffers until its line arrives, and those then bound the
 /// reads a core has in flight; L2 keeps more misses going, and the loads later find their lines
 /// there. On the Zen 4 host (2 threads, `BEST=1 PACKED=1 kernel_bench 2 stream`, alternated, runs
@@ -1865,12 +1867,12 @@ fn prefetch_distance() -> usize {
 #[inline(always)]
 unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     let q = p.wrapping_add(prefetch_distance());
-    let l1 = prefetch_into_l1();
+    let nta = prefetch_nta();
     let mut off = 0;
     while off < bytes {
         let line = q.wrapping_add(off) as *const i8;
-        if l1 {
-            _mm_prefetch::<_MM_HINT_T0>(line);
+        if nta {
+            _mm_prefetch::<_MM_HINT_NTA>(line);
         } else {
             _mm_prefetch::<_MM_HINT_T1>(line);
         }
@@ -1878,8 +1880,21 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     }
 }
 
-/// Whether [`prefetch_ahead`] asks for L1 (T0): on AMD Zen 5 (family 1Ah) and later. There
-/// the same decode streams ran faster with T0 (2026-12-05, 2-vCPU EPYC family 1Ah model 2,
+/// Whether [`prefetch_ahead`] asks for L1 without L2 (NTA): on AMD Zen 5 (family 1Ah) and
+/// later. Weights a decode pass streams are read once, and lines that pass through L2 leave it
+/// for L3 (a victim cache there) when the next ones come in: every weight line then costs an
+/// L2-to-L3 transfer besides its read, and the activations, KV rows and norms the steps between
+/// the matmuls touch are pushed out of L2. NTA lines skip L2 (the likely reason for the gain).
+/// T0 -> NTA, whole models' decode in one process, the two alternated every 16 tokens (2026-12-06, `ALT` in a throwaway
+/// build of `ollamars bench`, 20-60 pairs each, median per-pair ratio): 2 threads, VM in its
+/// fast memory state (`membw` 70-77 GB/s), 1.1B Q4_0 1.007 / 1.016, Q4_K_M 1.017 / 1.003,
+/// Q6_K 1.005 / 1.001, Q8_0 1.007, Gemma 3 270M 1.006 / 1.013, Qwen2.5-Coder 0.5B 1.003 /
+/// 1.010; slow state (41-52 GB/s) Q4_0 1.059, Q4_K_M 1.018, Q6_K 1.034, Q8_0 1.021; one thread
+/// Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4 tokens 1.021-1.046. In the slow
+/// state the time between the matmul steps fell too (per token, 1.1B Q4_0: 362-388 -> 309-317
+/// us).
+///
+/// Before that, T0 against T1 there (2026-12-05, 2-vCPU EPYC family 1Ah model 2,
 /// `BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, alternated, GB/s against the `membw` probe
 /// beside each run): one thread T1 -> T0, Q4_0 28-29 -> 31-32 of 41-44, Q4_K 33-34 -> 35-38 of
 /// 40-44, Q6_K 32-34 -> 34 of 41-42; two threads Q4_0 37 -> 39-40 of 47-53, Q4_K 40-41 -> 42-43,
@@ -1890,13 +1905,13 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// thread: Q4_0 33-39 against 36-39, Q4_K 35 against 32-34, Q6_K 33-35 against 32-33, so T0
 /// stayed. Intel and older AMD keep T1 (measured there, above).
 #[inline(always)]
-fn prefetch_into_l1() -> bool {
+fn prefetch_nta() -> bool {
     is_zen5_or_later()
 }
 
 /// Whether this CPU is an AMD Zen 5 (family 1Ah) or later, whose decode streams want other
 /// settings than the Intel and Zen 4 machines the kernels were first tuned on
-/// ([`prefetch_into_l1`], `kernels::matmul`'s one-group decode). Read once from cpuid.
+/// ([`prefetch_nta`], `kernels::matmul`'s one-group decode). Read once from cpuid.
 #[inline(always)]
 pub(super) fn is_zen5_or_later() -> bool {
     static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
