@@ -1890,7 +1890,8 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// fast memory state (`membw` 70-77 GB/s), 1.1B Q4_0 1.007 / 1.016, Q4_K_M 1.017 / 1.003,
 /// Q6_K 1.005 / 1.001, Q8_0 1.007, Gemma 3 270M 1.006 / 1.013, Qwen2.5-Coder 0.5B 1.003 /
 /// 1.010; slow state (41-52 GB/s) Q4_0 1.059, Q4_K_M 1.018, Q6_K 1.034, Q8_0 1.021; one thread
-/// Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4 tokens 1.021-1.046. In the slow
+/// Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4 tokens 1.021-1.046; the AVX2 tier
+/// (its packed kernels prefetch here too) 1.003-1.055. In the slow
 /// state the time between the matmul steps fell too (per token, 1.1B Q4_0: 362-388 -> 309-317
 /// us).
 ///
