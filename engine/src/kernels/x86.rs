@@ -3092,16 +3092,30 @@ fn next_chunk<T: SbType>(
     })
 }
 
-/// Prefetches share `i` of `parts` of the `bytes` bytes at `p` into L2. A batch computes on one
-/// chunk of unpacked tiles while the next chunk's packed bytes (out of cache: a layer's matrices
-/// are megabytes) come in, a share per tile of tokens, so unpacking them does not wait for
-/// memory. Without it the unpacking of a 64-token batch (then the forward pass's row chunk) was
-/// ~20% of the Q6_K kernel's time (`perf`, `PACKED=1 kernel_bench 1 gemm 64 q6_k`).
+/// Prefetches share `i` of `parts` of the `bytes` bytes at `p` into L2 (on AMD Zen 5 and later
+/// into L1 without L2, as decode's streams: [`prefetch_nta`]). A batch computes on one chunk of
+/// unpacked tiles while the next chunk's packed bytes (out of cache: a layer's matrices are
+/// megabytes) come in, a share per tile of tokens, so unpacking them does not wait for memory.
+/// Without it the unpacking of a 64-token batch (then the forward pass's row chunk) was ~20% of
+/// the Q6_K kernel's time (`perf`, `PACKED=1 kernel_bench 1 gemm 64 q6_k`).
+///
+/// The packed bytes are read once, by the unpacking. T1 -> NTA on the Zen 5 VM (2026-12-06,
+/// whole prompts from an empty cache, the two alternated in one process, 8-16 pairs, median
+/// per-pair ratio): pp512 1.1B Q6_K 1.029 / 1.019 / 1.029, Q4_K_M 1.005 / 1.022, Gemma 3 270M
+/// 1.027, Qwen2.5-Coder 0.5B 0.998; pp64 Q6_K 1.033, Q4_K_M 1.001; pp16 Q6_K 1.045, Q4_K_M
+/// 1.039 (Q4_0 and Q8_0, which do not come here, 0.996-1.006). T2 (L3) instead: Q6_K 1.022,
+/// Q4_K_M 1.006.
 #[inline(always)]
 unsafe fn prefetch_share(p: *const u8, bytes: usize, i: usize, parts: usize) {
+    let nta = prefetch_nta();
     let lines = bytes.div_ceil(64);
     for l in i * lines / parts..(i + 1) * lines / parts {
-        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(64 * l) as *const i8);
+        let line = p.wrapping_add(64 * l) as *const i8;
+        if nta {
+            _mm_prefetch::<_MM_HINT_NTA>(line);
+        } else {
+            _mm_prefetch::<_MM_HINT_T1>(line);
+        }
     }
 }
 
