@@ -1870,13 +1870,19 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     let nta = prefetch_nta();
     let mut off = 0;
     while off < bytes {
-        let line = q.wrapping_add(off) as *const i8;
-        if nta {
-            _mm_prefetch::<_MM_HINT_NTA>(line);
-        } else {
-            _mm_prefetch::<_MM_HINT_T1>(line);
-        }
+        prefetch_stream_line(q.wrapping_add(off), nta);
         off += 64;
+    }
+}
+
+/// Asks for the line at `p` of a stream read once: NTA where [`prefetch_nta`] (`nta`, looked up
+/// once per call by the callers), else into L2.
+#[inline(always)]
+unsafe fn prefetch_stream_line(p: *const u8, nta: bool) {
+    if nta {
+        _mm_prefetch::<_MM_HINT_NTA>(p as *const i8);
+    } else {
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8);
     }
 }
 
@@ -1885,15 +1891,15 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
 /// for L3 (a victim cache there) when the next ones come in: every weight line then costs an
 /// L2-to-L3 transfer besides its read, and the activations, KV rows and norms the steps between
 /// the matmuls touch are pushed out of L2. NTA lines skip L2 (the likely reason for the gain).
-/// T0 -> NTA, whole models' decode in one process, the two alternated every 16 tokens (2026-12-06, `ALT` in a throwaway
-/// build of `ollamars bench`, 20-60 pairs each, median per-pair ratio): 2 threads, VM in its
-/// fast memory state (`membw` 70-77 GB/s), 1.1B Q4_0 1.007 / 1.016, Q4_K_M 1.017 / 1.003,
-/// Q6_K 1.005 / 1.001, Q8_0 1.007, Gemma 3 270M 1.006 / 1.013, Qwen2.5-Coder 0.5B 1.003 /
-/// 1.010; slow state (41-52 GB/s) Q4_0 1.059, Q4_K_M 1.018, Q6_K 1.034, Q8_0 1.021; one thread
-/// Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4 tokens 1.021-1.046; the AVX2 tier
-/// (its packed kernels prefetch here too) 1.003-1.055. In the slow
-/// state the time between the matmul steps fell too (per token, 1.1B Q4_0: 362-388 -> 309-317
-/// us).
+/// T0 -> NTA, whole models' decode in one process, the two alternated every 16 tokens
+/// (2026-12-06, `ALT` in a throwaway build of `ollamars bench`, 20-60 pairs each, median
+/// per-pair ratio): 2 threads, VM in its fast memory state (`membw` 70-77 GB/s), 1.1B Q4_0
+/// 1.007 / 1.016, Q4_K_M 1.017 / 1.003, Q6_K 1.005 / 1.001, Q8_0 1.007, Gemma 3 270M 1.006 /
+/// 1.013, Qwen2.5-Coder 0.5B 1.003 / 1.010; slow state (41-52 GB/s) Q4_0 1.059, Q4_K_M 1.018,
+/// Q6_K 1.034, Q8_0 1.021; one thread Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4
+/// tokens 1.021-1.046; the AVX2 tier (its packed kernels prefetch here too) 1.003-1.055. In the
+/// slow state the time between the matmul steps fell too (per token, 1.1B Q4_0: 362-388 ->
+/// 309-317 us). [`prefetch_share`] (batches) takes the same hint.
 ///
 /// Before that, T0 against T1 there (2026-12-05, 2-vCPU EPYC family 1Ah model 2,
 /// `BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, alternated, GB/s against the `membw` probe
@@ -3110,12 +3116,7 @@ unsafe fn prefetch_share(p: *const u8, bytes: usize, i: usize, parts: usize) {
     let nta = prefetch_nta();
     let lines = bytes.div_ceil(64);
     for l in i * lines / parts..(i + 1) * lines / parts {
-        let line = p.wrapping_add(64 * l) as *const i8;
-        if nta {
-            _mm_prefetch::<_MM_HINT_NTA>(line);
-        } else {
-            _mm_prefetch::<_MM_HINT_T1>(line);
-        }
+        prefetch_stream_line(p.wrapping_add(64 * l), nta);
     }
 }
 
