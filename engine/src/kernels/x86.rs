@@ -1918,7 +1918,16 @@ fn prefetch_nta() -> bool {
 
 /// Whether this CPU is an AMD Zen 5 (family 1Ah) or later, whose decode streams want other
 /// settings than the Intel and Zen 4 machines the kernels were first tuned on
-/// ([`prefetch_nta`], `kernels::matmul`'s one-group decode). Read once from cpuid.
+/// ([`prefetch_nta`], [`prefetch_distance`], `kernels::matmul`'s one-group decode). Read once
+/// from cpuid.
+///
+/// Zen 4 keeps its own: on a 2-vCPU EPYC of family 19h model 11h (2026-12-06), each Zen 5
+/// setting alternated with Zen 4's in one process (a throwaway `ALT` build of `ollamars bench`,
+/// whole models' decode, 2 threads, 10-30 pairs, median per-pair ratio to Zen 4's): NTA 1.1B
+/// Q4_0 0.77, Q4_K_M 0.84, Q6_K 0.83, Q8_0 0.79, Gemma 3 270M 0.66, Qwen2.5-Coder 0.5B 0.67;
+/// 8 KiB ahead 0.99-1.04 (level); one group Q4_0 0.90, Q4_K_M 0.95, Q6_K 0.91, Qwen2.5 0.94,
+/// and Q8_0 1.03-1.14 / Gemma 1.05-1.14 (mostly Q8_0) from run to run, where the kernels alone
+/// streamed Q8_0 slower with one group (out of cache, 2 threads, 39.2-39.7 -> 35.5-35.6 GB/s).
 #[inline(always)]
 pub(super) fn is_zen5_or_later() -> bool {
     static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
