@@ -1875,8 +1875,9 @@ unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
     }
 }
 
-/// Asks for the line at `p` of a stream read once: NTA where [`prefetch_nta`] (`nta`, looked up
-/// once per call by the callers), else into L2.
+/// Asks for the line at `p` of a stream read once: NTA where `nta` (looked up once per call by
+/// the callers: [`prefetch_nta`] for decode, [`prefetch_share`]'s own test for batches), else
+/// into L2.
 #[inline(always)]
 unsafe fn prefetch_stream_line(p: *const u8, nta: bool) {
     if nta {
@@ -1899,7 +1900,7 @@ unsafe fn prefetch_stream_line(p: *const u8, nta: bool) {
 /// Q6_K 1.034, Q8_0 1.021; one thread Q4_0 1.040, Q4_K_M 1.012, Q6_K 0.993; batches of 2 and 4
 /// tokens 1.021-1.046; the AVX2 tier (its packed kernels prefetch here too) 1.003-1.055. In the
 /// slow state the time between the matmul steps fell too (per token, 1.1B Q4_0: 362-388 ->
-/// 309-317 us). [`prefetch_share`] (batches) takes the same hint.
+/// 309-317 us). [`prefetch_share`] (batches) takes NTA on Zen 4 as well.
 ///
 /// Before that, T0 against T1 there (2026-12-05, 2-vCPU EPYC family 1Ah model 2,
 /// `BEST=1 PACKED=1 HUGE=1 kernel_bench 2 stream`, alternated, GB/s against the `membw` probe
@@ -1930,42 +1931,55 @@ fn prefetch_nta() -> bool {
 /// streamed Q8_0 slower with one group (out of cache, 2 threads, 39.2-39.7 -> 35.5-35.6 GB/s).
 #[inline(always)]
 pub(super) fn is_zen5_or_later() -> bool {
-    static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ZEN5.get_or_init(|| {
+    this_amd_family() >= 0x1a
+}
+
+/// This CPU's family if it is an AMD one, else 0. Read once from cpuid.
+#[inline(always)]
+fn this_amd_family() -> u32 {
+    static FAMILY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FAMILY.get_or_init(|| {
         let (leaf0, leaf1) = (__cpuid(0), __cpuid(1));
         let mut vendor = [0u8; 12];
         for (i, r) in [leaf0.ebx, leaf0.edx, leaf0.ecx].into_iter().enumerate() {
             vendor[4 * i..4 * i + 4].copy_from_slice(&r.to_le_bytes());
         }
-        zen5_or_later(&vendor, leaf1.eax)
+        amd_family(&vendor, leaf1.eax)
     })
 }
 
-/// Whether cpuid's vendor string and leaf 1 `eax` (version) name an AMD CPU of family 1Ah (Zen
-/// 5) or later: the family is the base family plus the extended family when the base is 0Fh.
-fn zen5_or_later(vendor: &[u8; 12], version: u32) -> bool {
+/// The family that cpuid's vendor string and leaf 1 `eax` (version) name if the vendor is AMD,
+/// else 0: the base family plus the extended family when the base is 0Fh (19h is Zen 3 and Zen
+/// 4, 1Ah Zen 5).
+fn amd_family(vendor: &[u8; 12], version: u32) -> u32 {
     let base = (version >> 8) & 0xf;
     let family = if base == 0xf {
         base + ((version >> 20) & 0xff)
     } else {
         base
     };
-    vendor == b"AuthenticAMD" && family >= 0x1a
+    if vendor == b"AuthenticAMD" {
+        family
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]
 mod cpu_tests {
-    use super::zen5_or_later;
+    use super::amd_family;
 
     #[test]
-    fn zen5_and_later_are_told_apart_by_vendor_and_family() {
-        // cpuid(1).eax of a Zen 5 EPYC (family 1Ah model 02h), a Zen 4 (19h, 11h), an Intel
-        // Sapphire Rapids (family 6 model 8Fh) and a made-up later AMD family (1Bh).
-        assert!(zen5_or_later(b"AuthenticAMD", 0x00b0_0f21));
-        assert!(zen5_or_later(b"AuthenticAMD", 0x00c0_0f00));
-        assert!(!zen5_or_later(b"AuthenticAMD", 0x00a1_0f11));
-        assert!(!zen5_or_later(b"GenuineIntel", 0x0008_06f8));
-        assert!(!zen5_or_later(b"GenuineIntel", 0x00b0_0f21));
+    fn amd_families_are_told_apart_by_vendor_and_family() {
+        // cpuid(1).eax of a Zen 5 EPYC (family 1Ah model 02h), a made-up later AMD family (1Bh),
+        // a Zen 4 (19h, 11h), a Zen 2 (17h, 31h) and an Intel Sapphire Rapids (family 6 model
+        // 8Fh), also with an AMD-like version.
+        assert_eq!(amd_family(b"AuthenticAMD", 0x00b0_0f21), 0x1a);
+        assert_eq!(amd_family(b"AuthenticAMD", 0x00c0_0f00), 0x1b);
+        assert_eq!(amd_family(b"AuthenticAMD", 0x00a1_0f11), 0x19);
+        assert_eq!(amd_family(b"AuthenticAMD", 0x0083_0f10), 0x17);
+        assert_eq!(amd_family(b"GenuineIntel", 0x0008_06f8), 0);
+        assert_eq!(amd_family(b"GenuineIntel", 0x00b0_0f21), 0);
     }
 }
 
@@ -3114,15 +3128,19 @@ fn next_chunk<T: SbType>(
 /// Without it the unpacking of a 64-token batch (then the forward pass's row chunk) was ~20% of
 /// the Q6_K kernel's time (`perf`, `PACKED=1 kernel_bench 1 gemm 64 q6_k`).
 ///
-/// The packed bytes are read once, by the unpacking. T1 -> NTA on the Zen 5 VM (2026-12-06,
-/// whole prompts from an empty cache, the two alternated in one process, 8-16 pairs, median
-/// per-pair ratio): pp512 1.1B Q6_K 1.029 / 1.019 / 1.029, Q4_K_M 1.005 / 1.022, Gemma 3 270M
-/// 1.027, Qwen2.5-Coder 0.5B 0.998; pp64 Q6_K 1.033, Q4_K_M 1.001; pp16 Q6_K 1.045, Q4_K_M
-/// 1.039 (Q4_0 and Q8_0, which do not come here, 0.996-1.006). T2 (L3) instead: Q6_K 1.022,
-/// Q4_K_M 1.006.
+/// The packed bytes are read once, by the unpacking: NTA on AMD Zen 4 and later (family 19h and
+/// later; only the AVX-512 kernels come here, so not Zen 3), else into L2. T1 -> NTA, whole
+/// prompts from an empty cache, the two alternated in one process (8-30 pairs, median per-pair
+/// ratio): on the Zen 5 VM (2026-12-06) pp512 1.1B Q6_K 1.029 / 1.019 / 1.029, Q4_K_M 1.005 /
+/// 1.022, Gemma 3 270M 1.027, Qwen2.5-Coder 0.5B 0.998; pp64 Q6_K 1.033, Q4_K_M 1.001; pp16
+/// Q6_K 1.045, Q4_K_M 1.039 (Q4_0 and Q8_0, which do not come here, 0.996-1.006); T2 (L3)
+/// instead: Q6_K 1.022, Q4_K_M 1.006. On a Zen 4 VM (family 19h model 11h, 2026-12-06), where
+/// decode's prefetches stay T1 ([`prefetch_nta`]): pp512 Q6_K 1.028 / 1.028, Q4_K_M 1.020 /
+/// 1.019, Gemma 1.012, Qwen2.5 1.010; pp64 Q6_K 1.057, Q4_K_M 1.030; pp16 Q6_K 0.987, Q4_K_M
+/// 1.001.
 #[inline(always)]
 unsafe fn prefetch_share(p: *const u8, bytes: usize, i: usize, parts: usize) {
-    let nta = prefetch_nta();
+    let nta = this_amd_family() >= 0x19;
     let lines = bytes.div_ceil(64);
     for l in i * lines / parts..(i + 1) * lines / parts {
         prefetch_stream_line(p.wrapping_add(64 * l), nta);
