@@ -34,8 +34,10 @@ pub use config::Config;
 pub use server::serve;
 
 /// Structured logs on stderr; the level comes from `OLLAMARS_LOG` (or `RUST_LOG`), default
-/// `info`.
+/// `info`. Colored only on a terminal (and without `NO_COLOR`): a log file or the journal gets
+/// plain lines, not escape codes.
 pub fn init_logging() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("OLLAMARS_LOG")
         .ok()
@@ -44,5 +46,8 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .try_init();
 }

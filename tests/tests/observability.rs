@@ -83,6 +83,21 @@ fn metrics_count_generations_tokens_loads_and_requests() {
     }
 }
 
+/// The daemon's log written to a file (as under systemd or `serve 2> log`) is plain text: no
+/// terminal color codes around levels and fields.
+#[test]
+fn a_log_to_a_file_has_no_color_codes() {
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "hi", "stream": false, "options": {"num_predict": 2}}),
+    );
+    let log = d.log();
+    assert!(log.contains("model loaded") && log.contains("answered"), "{log}");
+    assert!(!log.contains('\x1b'), "escape codes in the log:\n{log:?}");
+}
+
 /// The time to first token is observed from the request's arrival: a body that comes 500 ms
 /// after the request's head counts, and the figure is no more than the client saw. The bound
 /// checked is 250 ms (the histogram's bucket below it stays empty): the daemon sees the head
