@@ -65,8 +65,10 @@ pub enum Error {
     /// A plain-http registry used without `insecure`.
     #[error("insecure protocol http: use --insecure to pull or push over plain http")]
     InsecureProtocol,
-    /// Transport-level failure talking to a registry.
-    #[error("{context}: {source}")]
+    /// Transport-level failure talking to a registry. Shown with its causes: reqwest's own
+    /// text ("error sending request") does not say whether the name did not resolve, the
+    /// connection was refused or it timed out.
+    #[error("{context}: {}", causes(source.as_ref()))]
     Http {
         context: String,
         #[source]
@@ -75,6 +77,21 @@ pub enum Error {
     /// The operation was cancelled (every caller waiting on it went away).
     #[error("operation cancelled")]
     Cancelled,
+}
+
+/// `e` and its chain of sources, each once, joined by ": ".
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 impl Error {

@@ -518,3 +518,21 @@ async fn serve_redirecting(script: Shared, port: u16) -> SocketAddr {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
 }
+
+/// A registry that is not there: the error says why (the connection was refused), not only
+/// reqwest's "error sending request", and the store is left as it was.
+#[tokio::test]
+async fn an_unreachable_registry_is_reported_with_the_cause() {
+    // A port that was just free: bound, then closed.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (r, dir, store) = pull_from(addr).await;
+    let err = r.unwrap_err();
+    assert!(matches!(err, Error::Http { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with("GET 127.0.0.1: "), "{text}");
+    assert!(text.to_lowercase().contains("connection refused"), "{text}");
+    assert_clean(&dir, &store);
+}
