@@ -39,3 +39,6 @@ cargo test --workspace --release
 
 # The aarch64 build: clippy, and the NEON kernels and the models' reference logits under qemu.
 scripts/aarch64-test.sh
+
+# The x86-64 binary on older CPUs under qemu: the tier it picks, and the same perplexities.
+scripts/x86-cpus-test.sh "$OLLAMARS_BIN"
