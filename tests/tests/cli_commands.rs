@@ -255,6 +255,20 @@ fn unknown_models_are_one_line_errors() {
     assert!(err.contains("nosuch"), "{err}");
     let err = fails_with_one_line(cli(&d, &["create", "../../etc/passwd", "-f", "/dev/null"]));
     assert_eq!(err.matches("invalid model name").count(), 1, "{err}");
+    // A Modelfile's file that is not there: named with the Modelfile and its line, as its
+    // parse errors are.
+    let dir = tempfile::tempdir().unwrap();
+    let modelfile = dir.path().join("Modelfile");
+    std::fs::write(&modelfile, "FROM ./nofile.gguf\n").unwrap();
+    let o = cli(&d, &["create", "m", "-f", &modelfile.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap_or_default(),
+        format!(
+            "Error: {}: (line 1): ./nofile.gguf: no such file or directory",
+            modelfile.display()
+        )
+    );
 }
 
 #[test]

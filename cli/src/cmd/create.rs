@@ -38,7 +38,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     // The error names the model already ("invalid model name \"..\": why").
     registry::Name::parse(&args.model)?;
-    let (modelfile, base_dir) = read_modelfile(args.file.as_deref())?;
+    let (modelfile, base_dir, path) = read_modelfile(args.file.as_deref())?;
     let client = Client::from_env()?;
     // Fail before hashing gigabytes when the daemon is not there.
     block_on(client.heartbeat())?;
@@ -46,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut progress = Progress::new(Verb::Create);
     progress.set_status("gathering model components");
     let mut files: Vec<(PathBuf, Digest)> = Vec::new();
-    let mut req = CreateRequest::from_modelfile(&modelfile, &base_dir, |path| {
+    let req = CreateRequest::from_modelfile(&modelfile, &base_dir, |path| {
         let io = |e| registry::Error::Io {
             what: format!("reading {}", path.display()),
             source: Arc::new(e),
@@ -55,7 +55,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let (digest, _) = Digest::of_reader(f).map_err(io)?;
         files.push((path.to_path_buf(), digest));
         Ok(digest)
-    })?;
+    });
+    // Named as the Modelfile's parse errors are: "Modelfile: (line 2): ./x.gguf: ...".
+    let mut req = match (req, path) {
+        (Err(e), Some(path)) => Err(e).context(path.display().to_string())?,
+        (req, _) => req?,
+    };
     if let Some(q) = args.quantize {
         req.quantize = Some(q);
     }
@@ -79,14 +84,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Modelfile and the directory its paths are relative to.
-fn read_modelfile(file: Option<&Path>) -> anyhow::Result<(Modelfile, PathBuf)> {
+/// The Modelfile, the directory its paths are relative to, and its path (none when the current
+/// directory's model files stand in for it).
+fn read_modelfile(file: Option<&Path>) -> anyhow::Result<(Modelfile, PathBuf, Option<PathBuf>)> {
     let cwd = std::env::current_dir().context("finding the current directory")?;
     let path = match file {
         Some(f) => f.to_path_buf(),
         None if Path::new("Modelfile").is_file() => PathBuf::from("Modelfile"),
         // No Modelfile: the model files of the current directory, as Ollama does.
-        None => return Ok((Modelfile::parse("FROM .\n")?, cwd)),
+        None => return Ok((Modelfile::parse("FROM .\n")?, cwd, None)),
     };
     let bytes = std::fs::read(&path).with_context(|| format!("reading the Modelfile {}", path.display()))?;
     let modelfile = Modelfile::parse_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
@@ -94,7 +100,7 @@ fn read_modelfile(file: Option<&Path>) -> anyhow::Result<(Modelfile, PathBuf)> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .map_or(cwd.clone(), |p| cwd.join(p));
-    Ok((modelfile, dir))
+    Ok((modelfile, dir, Some(path)))
 }
 
 /// Sends one file to the daemon's blob store unless it is already there.
