@@ -476,6 +476,7 @@ fn main() {
             (GgmlType::Q2_K, 2048, 2048),
             (GgmlType::Q3_K, 2048, 2048),
             (GgmlType::Q4_K, 2048, 2048),
+            (GgmlType::Q5_K, 2048, 2048),
             (GgmlType::Q6_K, 2048, 2048),
             (GgmlType::Q6_K, 5632, 2048),
             (GgmlType::Q4_K, 5632, 2048),
