@@ -68,7 +68,7 @@ pub enum Error {
     /// Transport-level failure talking to a registry. Shown with its causes: reqwest's own
     /// text ("error sending request") does not say whether the name did not resolve, the
     /// connection was refused or it timed out.
-    #[error("{context}: {}", causes(source.as_ref()))]
+    #[error("{context}: {}", with_causes(source.as_ref()))]
     Http {
         context: String,
         #[source]
@@ -79,8 +79,9 @@ pub enum Error {
     Cancelled,
 }
 
-/// `e` and its chain of sources, each once, joined by ": ".
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+/// `e` and its chain of sources on one line, each once, joined by ": " (the CLI's transport
+/// errors too).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut next = e.source();
     while let Some(cause) = next {

@@ -96,7 +96,7 @@ impl Client {
         if e.is_connect() {
             Error::NotRunning(self.host.to_string())
         } else {
-            Error::Transport(one_line(&e))
+            Error::Transport(registry::error::with_causes(&e))
         }
     }
 
@@ -261,20 +261,6 @@ fn status_error(status: reqwest::StatusCode, body: &[u8]) -> Error {
         code: status.as_u16(),
         message,
     }
-}
-
-/// A reqwest error and its causes on one line.
-fn one_line(e: &reqwest::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg = format!("{msg}: {text}");
-        }
-        source = s.source();
-    }
-    msg
 }
 
 #[cfg(test)]
