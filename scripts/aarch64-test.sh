@@ -29,8 +29,7 @@ sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null \
    || [ ! -f /usr/lib/binfmt.d/qemu-aarch64.conf ]; then
   echo "installing gcc-aarch64-linux-gnu and qemu-user..." >&2
-  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-binfmt >/dev/null; }
-  install || { $sudo apt-get update -qq >/dev/null && install; }
+  scripts/apt-install.sh gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-binfmt
 fi
 # Tests that spawn a test binary (an aborting test runs in a child process) need the kernel to
 # hand aarch64 executables to qemu.

@@ -16,9 +16,7 @@ export OLLAMARS_TEST_GEMMA OLLAMARS_TEST_QWEN
 if ! command -v docker-registry >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
    || ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1; then
   echo "installing docker-registry, openssl, systemd and shellcheck..." >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry openssl systemd shellcheck >/dev/null; }
-  install || { $sudo apt-get update -qq >/dev/null && install; }
+  scripts/apt-install.sh docker-registry openssl systemd shellcheck
 fi
 
 # The official ollama and openai Python clients, in a cached virtualenv outside the repo, for the

@@ -20,9 +20,7 @@ text="$PWD/engine/tests/data/text/lighthouses.txt"
 
 if ! command -v qemu-x86_64 >/dev/null; then
   echo "installing qemu-user..." >&2
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user >/dev/null; }
-  install || { $sudo apt-get update -qq >/dev/null && install; }
+  scripts/apt-install.sh qemu-user
 fi
 
 failed=0
@@ -55,9 +53,8 @@ fi
 for pair in "${pairs[@]}"; do
   read -r cpu isa <<<"$pair"
   for model in tiny-llama-spm-e64-q4_0 tiny-llama-spm-e64-q8_0 tiny-llama-spm-e256-q4_k_m tiny-llama-spm-e256-tied-q6_k; do
-    batches="-c 128 -b 64"
-    case $model in *e256*) batches="$batches|-c 64 -b 1" ;; esac
-    IFS='|' read -ra runs <<<"$batches"
+    runs=("-c 128 -b 64")
+    case $model in *e256*) runs+=("-c 64 -b 1") ;; esac
     for args in "${runs[@]}"; do
       # shellcheck disable=SC2086 # $args is several words on purpose
       here="$(OLLAMARS_ISA=$isa "$bin" perplexity -m "$fixtures/$model.gguf" -f "$text" $args -t 2 --json 2>/dev/null)" || true

@@ -26,9 +26,7 @@ if ! check; then
     if ! python3 -m venv "$VENV" >&2 2>/dev/null; then
       # Debian's python3 needs python3-venv for `-m venv` (ensurepip).
       rm -rf "$VENV"
-      sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null \
-        || { $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
+      "$(dirname "$0")/../../scripts/apt-install.sh" python3-venv
       python3 -m venv "$VENV" >&2
     fi
   fi
