@@ -429,6 +429,32 @@ fn system_message_history_and_ctrl_d() {
     assert_eq!(lines, entered, "{history}");
 }
 
+/// Lines typed before the chat is ready (while the model loads) and several lines arriving at
+/// once (pasted without bracketed paste, or typed during an answer) are each entered, in
+/// order: the line editor keeps what it read past the first line for the next one.
+#[test]
+fn lines_typed_ahead_are_all_entered() {
+    let d = Daemon::start();
+    d.create_model("tiny", &models::tiny_llama());
+    let home = tempfile::tempdir().unwrap();
+    let mut repl = Repl::start(&d, home.path(), &["run", "tiny"]);
+    // Before the first prompt: the terminal is still in cooked mode and holds the lines.
+    repl.line("/set system Typed ahead.");
+    repl.line("/show system");
+    repl.expect("Set system message.");
+    repl.expect("Typed ahead.");
+    repl.prompt();
+    // At a prompt, two lines in one write.
+    repl.keys("/set parameter num_predict 2\r/show parameters\r");
+    repl.expect("Set parameter 'num_predict' to '2'");
+    repl.expect("User defined parameters:");
+    repl.expect("num_predict");
+    repl.prompt();
+    repl.line("/bye");
+    let status = repl.exit_status();
+    assert!(status.success(), "/bye exited with {status:?}");
+}
+
 #[test]
 fn pull_shows_a_bar_per_layer_on_a_terminal() {
     let reg = Registry::start();
