@@ -39,10 +39,11 @@ fn engine_400(e: engine::Error) -> ApiError {
     ApiError::bad_request(e.without_path().to_string())
 }
 
-/// What a prepared generation turned into: a run, or an answer that needs no generation.
+/// What a prepared generation turned into: a run, or an answer that needs no generation
+/// (Ollama's JSON object: a load, an unload, a rendered prompt).
 pub enum Prepared {
     Run(Box<Running>),
-    Answer(Response),
+    Answer(Value),
 }
 
 /// What chat and generate requests share, in engine terms.
@@ -106,7 +107,7 @@ async fn prelude(
     unload_asked: bool,
     load_only: bool,
     check: impl FnOnce() -> ApiResult<()>,
-) -> ApiResult<Result<Ready, Response>> {
+) -> ApiResult<Result<Ready, Value>> {
     let sm = find_model(st, &c.model).await?;
     let keep_alive = parse_keep_alive(c.keep_alive.as_ref())?;
     if unload_asked && is_unload(keep_alive) {
@@ -144,7 +145,7 @@ fn rendered_answer(model: &str, chat: bool, text: &str) -> Prepared {
     } else {
         v["response"] = json!("");
     }
-    Prepared::Answer(axum::Json(v).into_response())
+    Prepared::Answer(v)
 }
 
 pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> ApiResult<Prepared> {
@@ -267,7 +268,7 @@ pub async fn chat(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
             let stream = req.common.stream;
             let call = chat_call(req)?;
             Ok(match prepare_chat(&st, call, started).await? {
-                Prepared::Answer(r) => r,
+                Prepared::Answer(v) => axum::Json(v).into_response(),
                 Prepared::Run(run) => respond(*run, ChatNdjson::default(), stream.unwrap_or(true)).await,
             })
         }
@@ -440,7 +441,7 @@ pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
             let stream = req.common.stream;
             let call = generate_call(req)?;
             Ok(match prepare_generate(&st, call, started).await? {
-                Prepared::Answer(r) => r,
+                Prepared::Answer(v) => axum::Json(v).into_response(),
                 Prepared::Run(run) => respond(*run, GenerateNdjson, stream.unwrap_or(true)).await,
             })
         }

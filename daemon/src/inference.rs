@@ -16,7 +16,7 @@ use engine::generate::runner::{
     truncate_prompt, Cancel, CancelOnDrop, Command, Event, Request, Summary, TokenLogprob,
 };
 use engine::sample::Sampler;
-use engine::stop::{PredictLimit, StopMatcher};
+use engine::stop::{DoneReason, PredictLimit, StopMatcher};
 use engine::template::{ChatFormat, PromptRequest};
 use engine::TokenId;
 use futures_util::stream;
@@ -665,14 +665,48 @@ impl Encoder for GenerateNdjson {
 }
 
 /// The `load`/`unload` answers of an empty prompt.
-pub fn load_answer(model: &str, reason: &str, chat: bool) -> Response {
+pub fn load_answer(model: &str, reason: &str, chat: bool) -> Value {
     let mut v = json!({"model": model, "created_at": now(), "done": true, "done_reason": reason});
     if chat {
         v["message"] = json!({"role": "assistant", "content": ""});
     } else {
         v["response"] = json!("");
     }
-    axum::Json(v).into_response()
+    v
+}
+
+/// A request with nothing to generate (a load, an unload) answered in an encoder's form: the
+/// end of a generation of no tokens, streamed or whole. OpenAI's endpoints answer so, where
+/// Ollama's own send `done_reason` `load` or `unload`, so that OpenAI clients always get their
+/// own objects.
+pub fn respond_empty<E: Encoder>(mut enc: E, model: &str, streaming: bool) -> Response {
+    let info = RunInfo {
+        model: model.to_string(),
+        started: Instant::now(),
+        load_duration: Duration::ZERO,
+        prompt: Vec::new(),
+        truncation: None,
+        context: false,
+    };
+    let summary = Summary {
+        reason: DoneReason::Stop,
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        prompt_duration: Duration::ZERO,
+        generated: Vec::new(),
+        eval_duration: Duration::ZERO,
+        context_shifts: 0,
+        slot: 0,
+    };
+    if !streaming {
+        return axum::Json(enc.single(ReplyDelta::default(), Vec::new(), &summary, &info)).into_response();
+    }
+    let mut resp = Response::new(Body::from(enc.done(&summary, &info).concat()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(enc.stream_content_type()),
+    );
+    resp
 }
 
 /// Checks a request's images: ollamars runs text-only models, so images are refused clearly.

@@ -21,7 +21,7 @@ use crate::api::{
     embed_texts, input_texts, prepare_chat, prepare_generate, CallCommon, ChatCall, GenerateCall, Prepared,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::inference::{logprobs_json, respond, Encoder, RunInfo};
+use crate::inference::{logprobs_json, respond, respond_empty, Encoder, RunInfo};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
 use crate::wire::parse_body;
@@ -123,32 +123,37 @@ fn think_from_effort(effort: Option<&str>) -> ApiResult<Option<Think>> {
     })
 }
 
+/// `stop` as a string or a list of strings. Empty strings stop nothing and are dropped; with
+/// none left the request sets no stops, so the model's own (its Modelfile's) still apply.
 fn stops(v: Option<Value>) -> ApiResult<Option<Vec<String>>> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(vec![s])),
+    let invalid = |other: &Value| ApiError::bad_request(format!("invalid type for 'stop' field: {other}"));
+    let all = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => vec![s],
         Some(Value::Array(items)) => items
             .into_iter()
             .map(|i| match i {
                 Value::String(s) => Ok(s),
-                other => Err(ApiError::bad_request(format!(
-                    "invalid type for 'stop' field: {other}"
-                ))),
+                other => Err(invalid(&other)),
             })
-            .collect::<ApiResult<Vec<_>>>()
-            .map(Some),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "invalid type for 'stop' field: {other}"
-        ))),
-    }
+            .collect::<ApiResult<Vec<_>>>()?,
+        Some(other) => return Err(invalid(&other)),
+    };
+    let all: Vec<String> = all.into_iter().filter(|s| !s.is_empty()).collect();
+    Ok((!all.is_empty()).then_some(all))
 }
 
-/// Converts OpenAI messages: content strings or parts (text; images are counted, to be refused).
+/// Converts OpenAI messages: content strings or parts (text parts joined by newlines, as
+/// llama.cpp's server does; images are counted, to be refused). `developer` is OpenAI's newer
+/// name for `system`.
 fn messages(msgs: &[OaMessage]) -> ApiResult<(Vec<Message>, usize)> {
     let mut out = Vec::new();
     let mut images = 0;
     for m in msgs {
-        let role = m.role.clone().unwrap_or_default().to_lowercase();
+        let mut role = m.role.clone().unwrap_or_default().to_lowercase();
+        if role == "developer" {
+            role = "system".into();
+        }
         let mut msg = Message::new(role.clone(), "");
         msg.thinking = m.reasoning.clone().unwrap_or_default();
         match &m.content {
@@ -157,11 +162,16 @@ fn messages(msgs: &[OaMessage]) -> ApiResult<(Vec<Message>, usize)> {
             Some(Value::Array(parts)) => {
                 for p in parts {
                     match p.get("type").and_then(Value::as_str) {
-                        Some("text") => msg.content.push_str(
-                            p.get("text")
+                        Some("text") => {
+                            let text = p
+                                .get("text")
                                 .and_then(Value::as_str)
-                                .ok_or_else(|| ApiError::bad_request("invalid message format"))?,
-                        ),
+                                .ok_or_else(|| ApiError::bad_request("invalid message format"))?;
+                            if !msg.content.is_empty() {
+                                msg.content.push('\n');
+                            }
+                            msg.content.push_str(text);
+                        }
                         Some("image_url") | Some("input_audio") => {
                             images += 1;
                             msg.images += 1;
@@ -385,7 +395,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> R
                 tool_index: 0,
             };
             Ok(match prepare_chat(&st, call, started).await? {
-                Prepared::Answer(r) => r,
+                Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
                 Prepared::Run(run) => respond(*run, enc, streaming).await,
             })
         }
@@ -441,8 +451,16 @@ fn sse_error(msg: &str) -> String {
     sse(&json!({"error": {"message": msg, "type": "api_error", "param": null, "code": null}}))
 }
 
+/// Chat logprobs: Ollama's items, each with `top_logprobs` (empty when none were asked for),
+/// which OpenAI's schema requires and clients iterate over.
 fn oa_logprobs(lps: &[TokenLogprob]) -> Value {
-    json!({ "content": logprobs_json(lps) })
+    let mut items = logprobs_json(lps);
+    for item in items.as_array_mut().into_iter().flatten() {
+        if item.get("top_logprobs").is_none() {
+            item["top_logprobs"] = json!([]);
+        }
+    }
+    json!({ "content": items })
 }
 
 /// `/v1/chat/completions` answers.
@@ -636,13 +654,28 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Respon
                 created: unix_seconds(SystemTime::now()),
                 include_usage: req.stream_options.as_ref().is_some_and(|s| s.include_usage),
             };
+            let streaming = req.stream.unwrap_or(false);
             Ok(match prepare_generate(&st, call, started).await? {
-                Prepared::Answer(r) => r,
-                Prepared::Run(run) => respond(*run, enc, req.stream.unwrap_or(false)).await,
+                Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
+                Prepared::Run(run) => respond(*run, enc, streaming).await,
             })
         }
         .await,
     )
+}
+
+/// The legacy completions' logprobs: parallel lists of tokens, their logprobs, and a map of
+/// the top alternatives per token.
+fn completion_logprobs(lps: &[TokenLogprob]) -> Value {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    json!({
+        "tokens": lps.iter().map(|t| text(&t.bytes)).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|t| t.logprob as f64).collect::<Vec<_>>(),
+        "top_logprobs": lps.iter().map(|t| {
+            let m: Map<String, Value> = t.top.iter().map(|a| (text(&a.bytes), json!(a.logprob as f64))).collect();
+            Value::Object(m)
+        }).collect::<Vec<_>>(),
+    })
 }
 
 /// `/v1/completions` answers.
@@ -664,8 +697,12 @@ impl Encoder for CompletionSse {
         "text/event-stream"
     }
 
-    fn output(&mut self, d: ReplyDelta, _lps: Vec<TokenLogprob>, info: &RunInfo) -> Vec<String> {
-        vec![sse(&self.object(&d.content, None, info))]
+    fn output(&mut self, d: ReplyDelta, lps: Vec<TokenLogprob>, info: &RunInfo) -> Vec<String> {
+        let mut v = self.object(&d.content, None, info);
+        if !lps.is_empty() {
+            v["choices"][0]["logprobs"] = completion_logprobs(&lps);
+        }
+        vec![sse(&v)]
     }
 
     fn done(&mut self, s: &Summary, info: &RunInfo) -> Vec<String> {
@@ -683,16 +720,7 @@ impl Encoder for CompletionSse {
     fn single(&mut self, all: ReplyDelta, lps: Vec<TokenLogprob>, s: &Summary, info: &RunInfo) -> Value {
         let mut v = self.object(&all.content, Some(finish_reason(s, false)), info);
         if !lps.is_empty() {
-            v["choices"][0]["logprobs"] = json!({
-                "tokens": lps.iter().map(|t| String::from_utf8_lossy(&t.bytes).into_owned()).collect::<Vec<_>>(),
-                "token_logprobs": lps.iter().map(|t| t.logprob as f64).collect::<Vec<_>>(),
-                "top_logprobs": lps.iter().map(|t| {
-                    let m: Map<String, Value> = t.top.iter()
-                        .map(|a| (String::from_utf8_lossy(&a.bytes).into_owned(), json!(a.logprob as f64)))
-                        .collect();
-                    Value::Object(m)
-                }).collect::<Vec<_>>(),
-            });
+            v["choices"][0]["logprobs"] = completion_logprobs(&lps);
         }
         v["usage"] = usage(s);
         v

@@ -58,7 +58,8 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
             {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": ""}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "ok"}]});
     let c = decode_chat_completion(body.to_string().as_bytes()).unwrap();
-    assert_eq!(c.messages[0].content, "ab");
+    // Text parts are lines of one message (llama.cpp's server joins them so), not run together.
+    assert_eq!(c.messages[0].content, "a\nb");
     assert_eq!(c.common.n_images, 1);
     assert_eq!(c.messages[2].tool_name.as_deref(), Some("f"));
     let o = c.common.options.unwrap();
@@ -71,6 +72,33 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
         (json!(9), json!(["x"]))
     );
     assert_eq!(c.common.think, Some(Think::Level("low".into())));
+    // `developer` is OpenAI's newer name for the system role.
+    let c = decode_chat_completion(
+        br#"{"model": "g", "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.messages[0].role.as_str(), c.messages[0].content.as_str()),
+        ("system", "be brief")
+    );
+    // No stop strings in the request (an empty list, empty strings) leave the model's own.
+    for stop in [r#"[]"#, r#""""#, r#"["", ""]"#] {
+        let body =
+            format!(r#"{{"model": "g", "messages": [{{"role": "user", "content": "hi"}}], "stop": {stop}}}"#);
+        let o = decode_chat_completion(body.as_bytes())
+            .unwrap()
+            .common
+            .options
+            .unwrap();
+        assert!(o.get("stop").is_none(), "stop {stop}: {o:?}");
+        let body = format!(r#"{{"model": "g", "prompt": "hi", "stop": {stop}}}"#);
+        let o = decode_completion(body.as_bytes())
+            .unwrap()
+            .common
+            .options
+            .unwrap();
+        assert!(o.get("stop").is_none(), "stop {stop}: {o:?}");
+    }
     assert_eq!(
         msg(decode_chat_completion(br#"{"model": "gpt", "messages": []}"#)),
         "[] is too short - 'messages'"

@@ -222,10 +222,42 @@ fn logprobs_on_generate_chat_and_openai_chat() {
         text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
     }
     check_ollama_logprobs(&items, n, 2, &text);
+    // Without `top_logprobs` each item still has the list OpenAI's schema requires, empty.
+    let mut no_top = body.clone();
+    no_top.as_object_mut().unwrap().remove("top_logprobs");
+    let r = d.post_ok("/v1/chat/completions", &no_top);
+    let content = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty());
+    for i in content {
+        assert_eq!(i["top_logprobs"], json!([]), "{i}");
+    }
     // Out of range is the client's error.
     let mut bad = body.clone();
     bad["top_logprobs"] = json!(21);
     assert_eq!(d.post("/v1/chat/completions", &bad).status(), 400);
+
+    // /v1/completions: parallel lists, the same whole and streamed.
+    let body = json!({"model": "tiny", "prompt": "Once upon a time", "max_tokens": 5,
+        "temperature": 0, "seed": 1, "logprobs": 2});
+    let r = d.post_ok("/v1/completions", &body);
+    let whole = &r["choices"][0]["logprobs"];
+    let n = whole["tokens"].as_array().unwrap().len();
+    assert!(n > 0, "{r}");
+    assert_eq!(whole["token_logprobs"].as_array().unwrap().len(), n);
+    assert_eq!(whole["top_logprobs"].as_array().unwrap().len(), n);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let mut tokens = Vec::new();
+    for data in sse_data(d.post("/v1/completions", &streamed)) {
+        if data == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&data).unwrap();
+        if let Some(t) = v["choices"][0]["logprobs"]["tokens"].as_array() {
+            tokens.extend(t.iter().cloned());
+        }
+    }
+    assert_eq!(&Value::Array(tokens), &whole["tokens"]);
 }
 
 /// A Qwen3/DeepSeek-R1-style Modelfile template: past thinking inside `<think>` tags, and the

@@ -536,6 +536,29 @@ fn openai_endpoints_and_sse() {
     assert!(comp["choices"][0]["text"].is_string());
     assert_eq!(comp["usage"]["completion_tokens"], 2);
 
+    // Nothing to generate (an empty prompt loads the model; with keep_alive 0 it unloads):
+    // still OpenAI's objects, whole or streamed, never Ollama's native reply.
+    for keep_alive in [json!("5m"), json!(0)] {
+        let body = json!({"model": "tiny", "prompt": "", "keep_alive": keep_alive});
+        let comp = d.post_ok("/v1/completions", &body);
+        assert_eq!(comp["object"], "text_completion", "{comp}");
+        assert_eq!(comp["choices"][0]["text"], "", "{comp}");
+        assert_eq!(comp["choices"][0]["finish_reason"], "stop", "{comp}");
+        assert_eq!(comp["usage"]["completion_tokens"], 0, "{comp}");
+        let mut stream = body.clone();
+        stream["stream"] = json!(true);
+        let r = d.post("/v1/completions", &stream);
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        let data = sse_data(r);
+        assert_eq!(data.last().unwrap(), "[DONE]", "{data:?}");
+        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        assert_eq!(last["object"], "text_completion", "{last}");
+        assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
+    }
+
     let emb = d.post_ok("/v1/embeddings", &json!({"model": "tiny", "input": ["a", "b"]}));
     assert_eq!(emb["object"], "list");
     assert_eq!(emb["data"].as_array().unwrap().len(), 2);
