@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use engine::chat::{chat_messages, generate_messages, Message, Think, Tool};
 use engine::generate::runner::{Cancel, Command, EmbedRequest as EngineEmbed};
-use engine::template::PromptRequest;
+use engine::template::{ChatFormat, PromptRequest};
 use engine::TokenId;
 use serde_json::{json, Value};
 
@@ -87,9 +87,12 @@ pub struct ChatCall {
     pub required_tools: Option<Vec<Tool>>,
 }
 
-/// The model, options and lease a generation starts from.
-struct Ready {
+/// The model, its prompt format, options and lease a generation starts from, and what the
+/// endpoint's check returned.
+struct Ready<T> {
     sm: StoreModel,
+    format: Option<Arc<ChatFormat>>,
+    checked: T,
     options: Options,
     structured: Option<Value>,
     ticket: Ticket,
@@ -97,24 +100,36 @@ struct Ready {
 }
 
 /// The start every generation shares: find the model, answer an unload (`unload_asked`: the
-/// request has nothing to generate), run the endpoint's own `check`, refuse images, resolve the
-/// options and format, queue, and load (or reload) the model, then answer a load-only request
-/// (`load_only`). `Err` holds the answer when there is nothing to generate.
-async fn prelude(
+/// request has nothing to generate), get the prompt format (`template`: the request's
+/// template, `None` for a raw prompt that has no format), run the endpoint's own `check`
+/// against it, refuse images, resolve the options and format, then queue, and load (or reload)
+/// the model, and answer a load-only request (`load_only`). Everything that can refuse the
+/// request runs before it is queued: a refused request loads nothing and evicts nothing. `Err`
+/// holds the answer when there is nothing to generate.
+async fn prelude<T>(
     st: &AppState,
     c: &CallCommon,
     chat: bool,
     unload_asked: bool,
     load_only: bool,
-    check: impl FnOnce() -> ApiResult<()>,
-) -> ApiResult<Result<Ready, Value>> {
+    template: Option<Option<&str>>,
+    check: impl FnOnce(Option<&ChatFormat>) -> ApiResult<T>,
+) -> ApiResult<Result<Ready<T>, Value>> {
     let sm = find_model(st, &c.model).await?;
     let keep_alive = parse_keep_alive(c.keep_alive.as_ref())?;
     if unload_asked && is_unload(keep_alive) {
         st.sched.expire(&sm.want.path).await;
         return Ok(Err(load_answer(&c.model, "unload", chat)));
     }
-    check()?;
+    let format = match template {
+        Some(t) => Some(
+            st.formats
+                .get(&sm.want.path, sm.model.template.as_deref(), t)
+                .await?,
+        ),
+        None => None,
+    };
+    let checked = check(format.as_deref())?;
     check_images(&c.model, c.n_images)?;
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
         .map_err(ApiError::bad_request)?;
@@ -129,6 +144,8 @@ async fn prelude(
     }
     Ok(Ok(Ready {
         sm,
+        format,
+        checked,
         options,
         structured,
         ticket,
@@ -156,32 +173,39 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         required_tools,
     } = call;
     let empty = messages.is_empty();
+    let check = |format: Option<&ChatFormat>| {
+        let Some(format) = format else {
+            return Ok(None);
+        };
+        if !tools.is_empty() && !format.capabilities().tools {
+            return Err(ApiError::bad_request(format!(
+                "\"{}\" does not support tools",
+                c.model
+            )));
+        }
+        format
+            .resolve_think(c.think.clone())
+            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))
+    };
     let Ready {
         sm,
+        format,
+        checked: think,
         options,
         structured,
         ticket,
         lease,
-    } = match prelude(st, &c, true, empty, empty, || Ok(())).await? {
+    } = match prelude(st, &c, true, empty, empty, Some(None), check).await? {
         Ok(ready) => ready,
         Err(answer) => return Ok(Prepared::Answer(answer)),
     };
+    let Some(format) = format else {
+        return Err(ApiError::internal("no prompt format for a chat"));
+    };
     let loaded = lease.loaded.clone();
-    let format = loaded
-        .chat_format(sm.model.template.as_deref(), None)
-        .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
-    if !tools.is_empty() && !format.capabilities().tools {
-        return Err(ApiError::bad_request(format!(
-            "\"{}\" does not support tools",
-            c.model
-        )));
-    }
-    let think = format
-        .resolve_think(c.think)
-        .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))?;
     let msgs = chat_messages(sm.model.system.as_deref(), &model_messages(&sm.model), &messages);
     let truncate = c.truncate.unwrap_or(true);
-    let n_ctx = loaded.n_ctx as usize;
+    let n_ctx = lease.n_ctx as usize;
     let Fitted {
         text,
         mut tokens,
@@ -298,74 +322,80 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         }
         Ok(())
     };
-    let load_only = g.prompt.is_empty() && g.suffix.is_empty();
-    let Ready {
-        sm,
-        options,
-        structured,
-        ticket,
-        lease,
-    } = match prelude(st, c, false, g.prompt.is_empty(), load_only, raw_check).await? {
-        Ok(ready) => ready,
-        Err(answer) => return Ok(Prepared::Answer(answer)),
-    };
-    let loaded = lease.loaded.clone();
-    let n_ctx = loaded.n_ctx as usize;
-    // `context` (the tokens of an earlier exchange) goes in front of the new prompt as tokens,
-    // never through text: a detokenize/tokenize round trip would change them (a second BOS, a
-    // merged boundary) and miss the runner's cached prefix.
-    let mut context_ids: Vec<TokenId> = Vec::new();
-    let (format, think, text) = if g.raw {
-        (None, None, g.prompt.clone())
-    } else {
-        let format = loaded
-            .chat_format(sm.model.template.as_deref(), g.template.as_deref())
-            .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
+    let check = |format: Option<&ChatFormat>| {
+        raw_check()?;
+        let Some(format) = format else {
+            return Ok(None);
+        };
         if !g.suffix.is_empty() && !format.capabilities().insert {
             return Err(ApiError::bad_request(format!(
                 "\"{}\" does not support insert",
                 c.model
             )));
         }
-        let think = format
+        format
             .resolve_think(c.think.clone())
-            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))?;
-        if let Some(ctx) = &g.context {
-            let n_vocab = loaded.vocab.n_tokens() as i64;
-            let ids = ctx
-                .iter()
-                .map(|&t| {
-                    if (0..n_vocab).contains(&t) {
-                        Ok(t as u32)
-                    } else {
-                        Err(())
-                    }
+            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))
+    };
+    let load_only = g.prompt.is_empty() && g.suffix.is_empty();
+    let template = (!g.raw).then_some(g.template.as_deref());
+    let Ready {
+        sm,
+        format,
+        checked: think,
+        options,
+        structured,
+        ticket,
+        lease,
+    } = match prelude(st, c, false, g.prompt.is_empty(), load_only, template, check).await? {
+        Ok(ready) => ready,
+        Err(answer) => return Ok(Prepared::Answer(answer)),
+    };
+    let loaded = lease.loaded.clone();
+    let n_ctx = lease.n_ctx as usize;
+    // `context` (the tokens of an earlier exchange) goes in front of the new prompt as tokens,
+    // never through text: a detokenize/tokenize round trip would change them (a second BOS, a
+    // merged boundary) and miss the runner's cached prefix.
+    let mut context_ids: Vec<TokenId> = Vec::new();
+    let text = match &format {
+        None => g.prompt.clone(),
+        Some(format) => {
+            if let Some(ctx) = &g.context {
+                let n_vocab = loaded.vocab.n_tokens() as i64;
+                let ids = ctx
+                    .iter()
+                    .map(|&t| {
+                        if (0..n_vocab).contains(&t) {
+                            Ok(t as u32)
+                        } else {
+                            Err(())
+                        }
+                    })
+                    .collect::<Result<Vec<u32>, ()>>()
+                    .map_err(|_| {
+                        ApiError::bad_request("context holds a token id outside the model's vocabulary")
+                    })?;
+                context_ids = ids;
+            }
+            let msgs = generate_messages(
+                g.system.as_deref(),
+                sm.model.system.as_deref(),
+                &model_messages(&sm.model),
+                &g.prompt,
+                0,
+                g.context.is_some(),
+            );
+            if g.suffix.is_empty() {
+                format.render(&PromptRequest::chat(&msgs, &[], think.as_ref()))
+            } else {
+                format.render(&PromptRequest {
+                    prompt: &g.prompt,
+                    suffix: &g.suffix,
+                    ..PromptRequest::chat(&msgs, &[], think.as_ref())
                 })
-                .collect::<Result<Vec<u32>, ()>>()
-                .map_err(|_| {
-                    ApiError::bad_request("context holds a token id outside the model's vocabulary")
-                })?;
-            context_ids = ids;
+            }
+            .map_err(engine_400)?
         }
-        let msgs = generate_messages(
-            g.system.as_deref(),
-            sm.model.system.as_deref(),
-            &model_messages(&sm.model),
-            &g.prompt,
-            0,
-            g.context.is_some(),
-        );
-        let rendered = if g.suffix.is_empty() {
-            format.render(&PromptRequest::chat(&msgs, &[], think.as_ref()))
-        } else {
-            format.render(&PromptRequest {
-                prompt: &g.prompt,
-                suffix: &g.suffix,
-                ..PromptRequest::chat(&msgs, &[], think.as_ref())
-            })
-        }
-        .map_err(engine_400)?;
-        (Some(format), think, rendered)
     };
     if c.debug_render_only {
         return Ok(rendered_answer(&c.model, false, &text));
@@ -481,7 +511,7 @@ pub async fn embed_texts(
             load_duration: lease.load_duration,
         });
     }
-    let n_ctx = lease.loaded.n_ctx as usize;
+    let n_ctx = lease.n_ctx as usize;
     let mut token_lists = Vec::with_capacity(inputs.len());
     for text in &inputs {
         let mut t = lease.loaded.vocab.tokenize(text, true, false);

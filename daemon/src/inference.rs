@@ -273,7 +273,7 @@ pub async fn start(
         info,
     } = plan;
     let loaded = lease.loaded.clone();
-    let mut sampler = Sampler::new(&options.sampling, loaded.model.n_vocab(), loaded.n_ctx as usize)
+    let mut sampler = Sampler::new(&options.sampling, loaded.model.n_vocab(), lease.n_ctx as usize)
         .map_err(engine_error)?;
     if let Some(format) = &structured {
         sampler = structured::constrain(sampler, &loaded, format)?;
@@ -298,6 +298,7 @@ pub async fn start(
         sampler,
         limit,
         num_keep: options.num_keep.max(0) as usize,
+        n_ctx: lease.n_ctx as usize,
         shift,
         stop: StopMatcher::new(&options.stop),
         parser,

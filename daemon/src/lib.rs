@@ -8,6 +8,7 @@
 //! - `metrics`: `GET /metrics` (Prometheus text) and the counters behind it.
 //! - `security`: API keys and scopes, the bind policy, admin endpoints for local clients.
 //! - `scheduler`: loaded models, keep-alive, eviction, slots and the queue.
+//! - `formats`: prompt formats by model file, read from GGUF headers before anything loads.
 //! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
 //! - `openai`: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
 //! - `models`: model management (`tags`, `show`, `copy`, `delete`, `pull`, `push`, `create`,
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod formats;
 pub mod inference;
 pub mod keep_alive;
 pub mod metrics;

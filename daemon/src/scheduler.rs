@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use engine::generate::runner::{Command, Runner, RunnerHandle, RunnerParams};
-use engine::template::{ChatFormat, ModelTemplates};
 use engine::tokenizer::Vocab;
 use engine::{KvType, Model, ModelParams};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -61,8 +60,6 @@ pub struct Loaded {
     pub path: PathBuf,
     pub model: Arc<Model>,
     pub vocab: Arc<Vocab>,
-    /// The GGUF's chat template and special tokens (no Modelfile template).
-    pub templates: ModelTemplates,
     /// Context length of each slot.
     pub n_ctx: u32,
     pub n_slots: u32,
@@ -71,11 +68,7 @@ pub struct Loaded {
     runner: Mutex<Option<RunnerHandle>>,
     slots: Arc<Semaphore>,
     state: Mutex<LoadedState>,
-    formats: Mutex<HashMap<FormatKey, Arc<ChatFormat>>>,
 }
-
-/// A prompt format's templates: the Modelfile's and the request's.
-type FormatKey = (Option<String>, Option<String>);
 
 struct LoadedState {
     refs: usize,
@@ -96,33 +89,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Loaded {
-    /// The prompt format for a model's Modelfile TEMPLATE and a request's `template`, compiled
-    /// once and cached.
-    pub fn chat_format(
-        &self,
-        modelfile_template: Option<&str>,
-        request_template: Option<&str>,
-    ) -> Result<Arc<ChatFormat>, engine::Error> {
-        let key = (
-            modelfile_template.map(str::to_string),
-            request_template.filter(|t| !t.is_empty()).map(str::to_string),
-        );
-        if let Some(f) = lock(&self.formats).get(&key) {
-            return Ok(f.clone());
-        }
-        let templates = ModelTemplates {
-            modelfile_template: key.0.clone(),
-            ..self.templates.clone()
-        };
-        let f = Arc::new(ChatFormat::select(&templates, key.1.as_deref())?);
-        let mut cache = lock(&self.formats);
-        if cache.len() > 64 {
-            cache.clear();
-        }
-        cache.insert(key, f.clone());
-        Ok(f)
-    }
-
     /// The name the model was last used by (as `/api/ps` shows it).
     pub fn name(&self) -> String {
         lock(&self.state).name.clone()
@@ -136,6 +102,10 @@ impl Loaded {
 /// A model in use by one request. Dropping it ends the use.
 pub struct Lease {
     pub loaded: Arc<Loaded>,
+    /// The request's context (its `num_ctx`, or the default, within what the model was trained
+    /// on): at most the loaded one's. A model loaded with a larger context is reused, and the
+    /// request runs as in a context of this size.
+    pub n_ctx: u32,
     sched: Arc<Scheduler>,
     /// How long the request waited for the model to load.
     pub load_duration: Duration,
@@ -258,7 +228,7 @@ impl Scheduler {
     pub async fn acquire(self: &Arc<Self>, want: &Want) -> Result<Lease, ApiError> {
         let t0 = Instant::now();
         if let Some(l) = self.try_use(want) {
-            return Ok(self.lease(l, t0));
+            return Ok(self.lease(l, want, t0));
         }
         let _one_load = self.load_lock.lock().await;
         // A load and the setting up after it (vocabulary, context, threads) count as reading
@@ -268,7 +238,7 @@ impl Scheduler {
         let mut opened: Option<Arc<Model>> = None;
         loop {
             if let Some(l) = self.try_use(want) {
-                return Ok(self.lease(l, t0));
+                return Ok(self.lease(l, want, t0));
             }
             let waiter = self.changed.notified();
             tokio::pin!(waiter);
@@ -336,7 +306,7 @@ impl Scheduler {
             lock(&self.loaded).insert(want.path.clone(), loaded.clone());
             crate::metrics::METRICS.model_loaded(&want.name);
             tracing::info!(model = %want.name, n_ctx, n_slots, size = est, "model loaded");
-            return Ok(self.lease(loaded, t0));
+            return Ok(self.lease(loaded, want, t0));
         }
     }
 
@@ -372,8 +342,9 @@ impl Scheduler {
         Some(l.clone())
     }
 
-    fn lease(self: &Arc<Self>, loaded: Arc<Loaded>, t0: Instant) -> Lease {
+    fn lease(self: &Arc<Self>, loaded: Arc<Loaded>, want: &Want, t0: Instant) -> Lease {
         Lease {
+            n_ctx: self.context_for(&loaded.model, want.num_ctx).min(loaded.n_ctx),
             loaded,
             sched: self.clone(),
             load_duration: t0.elapsed(),
@@ -397,16 +368,15 @@ impl Scheduler {
             n_threads: self.cfg.num_threads,
         };
         let path = want.path.clone();
-        let (vocab, templates, runner) = tokio::task::spawn_blocking(move || -> Result<_, engine::Error> {
+        let (vocab, runner) = tokio::task::spawn_blocking(move || -> Result<_, engine::Error> {
             let vocab = Arc::new(Vocab::from_metadata(model.metadata())?);
-            let templates = ModelTemplates::from_gguf(model.metadata(), None)?;
             let runner = Runner::new(model.clone(), vocab.clone(), params)?
                 .spawn("ollamars-runner")
                 .map_err(|source| engine::Error::Io {
                     path: path.clone(),
                     source,
                 })?;
-            Ok((vocab, templates, (runner, model)))
+            Ok((vocab, (runner, model)))
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
@@ -416,7 +386,6 @@ impl Scheduler {
             path: want.path.clone(),
             model,
             vocab,
-            templates,
             n_ctx,
             n_slots,
             size,
@@ -432,7 +401,6 @@ impl Scheduler {
                 digest: want.digest.clone(),
                 details: want.details.clone(),
             }),
-            formats: Mutex::new(HashMap::new()),
         }))
     }
 

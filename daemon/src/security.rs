@@ -682,6 +682,7 @@ pub(crate) mod tests {
             store: registry::Store::open(&models).unwrap(),
             client: registry::Client::new().unwrap(),
             sched,
+            formats: Default::default(),
             security: crate::server::Security::new(&config),
             config,
         });

@@ -25,6 +25,7 @@ pub struct AppState {
     pub store: registry::Store,
     pub client: registry::Client,
     pub sched: Arc<Scheduler>,
+    pub formats: crate::formats::Formats,
     pub config: Config,
     pub security: Security,
 }
@@ -298,6 +299,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         store,
         client,
         sched: sched.clone(),
+        formats: Default::default(),
         config,
         security,
     });

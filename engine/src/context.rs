@@ -369,10 +369,11 @@ impl Context {
     }
 
     /// Makes room for `n_new` more tokens of `seq` by llama.cpp's context shift: while they would
-    /// not fit in the sequence's context, keep the first `n_keep` positions, drop half of the
-    /// rest and shift the remainder down. Returns the number of positions dropped.
-    pub fn make_room(&mut self, seq: SeqId, n_keep: usize, n_new: usize) -> Result<usize> {
-        let n_ctx = self.n_ctx_seq() as usize;
+    /// not fit in a context of `n_ctx` (at most the sequence's), keep the first `n_keep`
+    /// positions, drop half of the rest and shift the remainder down. Returns the number of
+    /// positions dropped.
+    pub fn make_room(&mut self, seq: SeqId, n_keep: usize, n_new: usize, n_ctx: usize) -> Result<usize> {
+        let n_ctx = n_ctx.min(self.n_ctx_seq() as usize);
         if n_keep + n_new >= n_ctx {
             return Err(Error::InvalidArgument(format!(
                 "cannot fit {n_new} new tokens after keeping {n_keep} in a context of {n_ctx}"

@@ -55,7 +55,7 @@ pub fn eval_tokens(ctx: &mut Context, seq: SeqId, tokens: &[TokenId], n_keep: us
     let chunk = (ctx.n_batch() as usize).min(((n_ctx - n_keep) / 2).max(1));
     let mut last = 0;
     for part in tokens.chunks(chunk) {
-        ctx.make_room(seq, n_keep, part.len())?;
+        ctx.make_room(seq, n_keep, part.len(), n_ctx)?;
         let pos0 = ctx.seq_pos_max(seq).map_or(0, |p| p + 1);
         ctx.decode(&Batch::from_tokens(part, pos0 as Pos, seq))?;
         last = part.len() - 1;

@@ -140,7 +140,7 @@ fn context_shift_keeps_generation_going() {
     assert_eq!(min, 0, "the kept prefix is still there");
     assert!(max < 32, "the sequence fits its context ({max})");
     // A prompt that cannot fit even after shifting (n_keep + chunk > context) is an error.
-    assert!(c.make_room(0, 30, 8).is_err());
+    assert!(c.make_room(0, 30, 8, c.n_ctx_seq() as usize).is_err());
 }
 
 #[test]

@@ -61,6 +61,8 @@ fn request(m: &Model, prompt: &[u32], n: usize, stops: &[&str]) -> (Request, mps
         sampler: Sampler::new(&SamplingOptions::greedy(), m.n_vocab(), 4096).unwrap(),
         limit: PredictLimit::Tokens(n),
         num_keep: 4,
+        // The runner's own context decides (the tests vary it).
+        n_ctx: usize::MAX,
         shift: true,
         stop: StopMatcher::new(stops),
         parser: ReplyParser::passthrough(),

@@ -191,6 +191,7 @@ fn run_all(g: &Gemma, jobs: Vec<(Vec<TokenId>, Sampler, usize)>, n_threads: usiz
             sampler,
             limit: PredictLimit::Tokens(num_predict),
             num_keep: 4,
+            n_ctx: N_CTX as usize,
             shift: false,
             stop: StopMatcher::new(Vec::<String>::new()),
             parser: ReplyParser::passthrough(),

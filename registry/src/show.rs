@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use engine::gguf::GgufFile;
+use engine::template::{ChatFormat, ModelTemplates};
 use serde_json::{Map, Value};
 
 use crate::create::Message;
@@ -246,8 +247,8 @@ impl Model {
 
     /// Capabilities inferred as Ollama does: the config's list; `embedding` if the GGUF has a
     /// pooling type, else `completion`; `vision`/`audio` from encoder metadata or a projector;
-    /// `tools`, `insert` and `thinking` from the template (`.Tools`, `.Suffix`, `.Thinking` or
-    /// `.Think`) or the GGUF chat template (`tools`/`tool_call`, `<think>…</think>`).
+    /// `tools`, `insert` and `thinking` from the template requests use (the Modelfile TEMPLATE,
+    /// else the GGUF chat template), exactly as the daemon checks them.
     pub fn capabilities(&self, gguf: Option<&GgufFile>) -> Vec<Capability> {
         let mut caps: Vec<Capability> = Vec::new();
         let mut add = |c: Capability| {
@@ -264,18 +265,6 @@ impl Model {
             let meta = &f.header().metadata;
             let arch = meta.get_str("general.architecture").ok().flatten().unwrap_or("");
             let has = |k: &str| meta.get(&format!("{arch}.{k}")).is_some();
-            if let Some(t) = meta.get_str("tokenizer.chat_template").ok().flatten() {
-                if t.contains("tools") || t.contains("tool_call") {
-                    add(Capability::Tools);
-                }
-                if (t.contains("<think>") && t.contains("</think>"))
-                    || ((t.contains("content.split('</think>')")
-                        || t.contains("content.split(\"</think>\")"))
-                        && !t.contains("reasoning_content"))
-                {
-                    add(Capability::Thinking);
-                }
-            }
             if has("pooling_type") {
                 add(Capability::Embedding);
             } else {
@@ -291,15 +280,24 @@ impl Model {
         if !self.projectors.is_empty() {
             add(Capability::Vision);
         }
-        if let Some(t) = &self.template {
-            let vars = template_fields(t);
-            if vars.iter().any(|v| v == "Tools") {
+        let templates = ModelTemplates {
+            modelfile_template: self.template.clone(),
+            chat_template: gguf.and_then(|f| {
+                let t = f.header().metadata.get_str("tokenizer.chat_template");
+                t.ok().flatten().map(str::to_string)
+            }),
+            ..ModelTemplates::default()
+        };
+        // A template that does not compile fails every request, so it offers nothing.
+        if let Ok(format) = ChatFormat::select(&templates, None) {
+            let t = format.capabilities();
+            if t.tools {
                 add(Capability::Tools);
             }
-            if vars.iter().any(|v| v == "Suffix") {
+            if t.insert {
                 add(Capability::Insert);
             }
-            if vars.iter().any(|v| v == "Thinking" || v == "Think") {
+            if t.thinking {
                 add(Capability::Thinking);
             }
         }
@@ -308,30 +306,6 @@ impl Model {
         }
         caps
     }
-}
-
-/// Field names used in a Go template's actions (`{{ .Tools }}`, `{{ range .Messages }}`...).
-fn template_fields(t: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = t;
-    while let Some(open) = rest.find("{{") {
-        let after = &rest[open + 2..];
-        let Some(close) = after.find("}}") else { break };
-        let action = &after[..close];
-        for (i, c) in action.char_indices() {
-            if c == '.' {
-                let name: String = action[i + 1..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    out.push(name);
-                }
-            }
-        }
-        rest = &after[close + 2..];
-    }
-    out
 }
 
 /// Everything `/api/show` reports about a model. `verbose` keeps long metadata arrays and lists
@@ -364,7 +338,8 @@ pub fn show(store: &Store, name: &Name, verbose: bool) -> Result<ShowInfo> {
                 .iter()
                 .map(|t| TensorSummary {
                     name: t.name.clone(),
-                    ty: t.ty.name().to_string(),
+                    // Ollama's spelling: `Q4_K`, `F32`.
+                    ty: t.ty.name().to_uppercase(),
                     shape: t.dims.clone(),
                 })
                 .collect();
@@ -387,19 +362,4 @@ pub fn show(store: &Store, name: &Name, verbose: bool) -> Result<ShowInfo> {
         modified: model.manifest.modified,
         model,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn template_fields_found_in_actions_only() {
-        let t = "{{- if .Tools }}tools .Suffix{{ end }}{{ range $i, $m := .Messages }}{{ $m.Thinking }}{{ end }}{{ .Suffix }}";
-        let f = template_fields(t);
-        assert!(f.contains(&"Tools".to_string()));
-        assert!(f.contains(&"Messages".to_string()));
-        assert!(f.contains(&"Thinking".to_string()));
-        assert_eq!(f.iter().filter(|v| *v == "Suffix").count(), 1);
-    }
 }

@@ -81,6 +81,33 @@ fn one_loaded_model_at_a_time_evicts_the_idle_one() {
     generate(&d, "a", json!({}));
     assert_eq!(ps_names(&d), ["a:latest"]);
     assert!(d.log().contains("unloading to make room"), "{}", d.log());
+
+    // A request `b`'s template cannot serve (tools, thinking, a suffix) is refused before
+    // anything is queued: `a` stays loaded, `b` is not loaded.
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    for (path, body, error) in [
+        (
+            "/api/chat",
+            json!({"model": "b", "messages": [{"role": "user", "content": "x"}], "tools": tools}),
+            "does not support tools",
+        ),
+        (
+            "/api/chat",
+            json!({"model": "b", "messages": [{"role": "user", "content": "x"}], "think": true}),
+            "does not support thinking",
+        ),
+        (
+            "/api/generate",
+            json!({"model": "b", "prompt": "x", "suffix": "y"}),
+            "does not support insert",
+        ),
+    ] {
+        let r = d.post(path, &body);
+        assert_eq!(r.status(), 400, "{body}");
+        let e = r.json::<Value>().unwrap();
+        assert!(e["error"].as_str().unwrap().contains(error), "{e}");
+        assert_eq!(ps_names(&d), ["a:latest"], "{body}");
+    }
 }
 
 #[test]
@@ -93,6 +120,38 @@ fn a_larger_context_reloads_a_smaller_one_does_not() {
     assert_eq!(ctx(&d), 256);
     load(&d, 128);
     assert_eq!(ctx(&d), 256, "a smaller num_ctx reloaded the model");
+    // The model loaded with 256 serves a request for 128 as a context of 128: the reply does
+    // not depend on what was loaded before. A prompt of more is refused without truncation,
+    // cut to fit with it, and the generation ends at the smaller context.
+    let long = "word ".repeat(200);
+    let body = json!({"model": "tiny", "prompt": long, "stream": false, "truncate": false,
+        "options": {"num_ctx": 128, "num_predict": 1}});
+    let r = d.post("/api/generate", &body);
+    assert_eq!(r.status(), 400);
+    let e = r.json::<Value>().unwrap();
+    assert!(
+        e["error"].as_str().unwrap().contains("context length of 128"),
+        "{e}"
+    );
+    let r = generate(
+        &d,
+        "tiny",
+        json!({"prompt": long, "options": {"num_ctx": 128, "num_predict": 1}}),
+    );
+    assert!(r["prompt_eval_count"].as_u64().unwrap() <= 128, "{r}");
+    let r = generate(
+        &d,
+        "tiny",
+        json!({"shift": false, "options": {"num_ctx": 128, "num_predict": 1000}}),
+    );
+    let used = r["prompt_eval_count"].as_u64().unwrap() + r["eval_count"].as_u64().unwrap();
+    assert!(
+        // The last token is sampled, not evaluated: it takes no place in the context.
+        (120..=129).contains(&used),
+        "{used} tokens in a context of 128: {r}"
+    );
+    assert_eq!(r["done_reason"], "length", "{r}");
+    assert_eq!(ctx(&d), 256);
     load(&d, 512);
     assert_eq!(ctx(&d), 512, "a larger num_ctx did not reload the model");
     assert_eq!(ps(&d).len(), 1);

@@ -86,6 +86,10 @@ pub struct Request {
     pub limit: PredictLimit,
     /// Tokens at the start that a context shift keeps.
     pub num_keep: usize,
+    /// The request's context (its `num_ctx`); a slot with a larger one serves the request as a
+    /// context of this size (the prompt's limit, shifts, the length limit), so that a reply
+    /// does not depend on what the model happened to be loaded with.
+    pub n_ctx: usize,
     /// Whether a full context is shifted (else the generation ends with `length`).
     pub shift: bool,
     pub stop: StopMatcher,
@@ -457,7 +461,7 @@ impl Runner {
                 return;
             }
             let mut req = self.queue.pop_front().expect("not empty");
-            let n_ctx = self.ctx.n_ctx_seq() as usize;
+            let n_ctx = self.window(&req);
             if req.prompt.is_empty() {
                 (req.sink)(Event::Error(Error::InvalidArgument("empty prompt".into())));
                 continue;
@@ -513,24 +517,31 @@ impl Runner {
         }
     }
 
+    /// The context a request runs in: its own, at most a slot's.
+    fn window(&self, req: &Request) -> usize {
+        req.n_ctx.min(self.ctx.n_ctx_seq() as usize)
+    }
+
     /// Builds one batch from every busy slot, decodes it and samples.
     fn step(&mut self) {
-        let n_ctx = self.ctx.n_ctx_seq() as usize;
         self.batch.clear();
         // Generating slots first: one token each, so that prompts never starve them.
         for i in 0..self.slots.len() {
-            let Some(tok) = self.slots[i].busy.as_ref().and_then(|a| a.pending) else {
+            let Some(a) = self.slots[i].busy.as_ref() else {
                 continue;
             };
+            let Some(tok) = a.pending else {
+                continue;
+            };
+            let n_ctx = self.window(&a.req);
             if self.slots[i].tokens.len() + 1 > n_ctx {
-                let a = self.slots[i].busy.as_ref().expect("busy");
                 if !a.req.shift {
                     self.finish(i, DoneReason::Length);
                     continue;
                 }
                 let n_keep = a.req.num_keep.min(n_ctx / 2);
                 let seq = self.slots[i].seq;
-                match self.ctx.make_room(seq, n_keep, 1) {
+                match self.ctx.make_room(seq, n_keep, 1, n_ctx) {
                     Ok(dropped) => {
                         let s = &mut self.slots[i];
                         s.tokens.drain(n_keep..n_keep + dropped);
@@ -594,7 +605,7 @@ impl Runner {
 
     /// Samples slot `i`'s next token from the logits of batch row `idx` and reports it.
     fn sample(&mut self, i: usize, idx: usize) {
-        let n_ctx = self.ctx.n_ctx_seq() as usize;
+        let n_ctx = self.window(&self.slots[i].busy.as_ref().expect("busy").req);
         let used = self.slots[i].tokens.len();
         let Some(logits) = self.ctx.logits(idx) else {
             self.fail(i, Error::InvalidArgument("no logits for the last token".into()));

@@ -296,6 +296,18 @@ async fn capabilities_follow_templates_and_metadata() {
     for c in [Capability::Completion, Capability::Tools, Capability::Thinking] {
         assert!(caps.contains(&c), "{caps:?}");
     }
+    // A Modelfile TEMPLATE replaces the chat template for every request, so its capabilities
+    // are the model's: none of the chat template's are offered when it has none.
+    create_mf(
+        &store,
+        dir.path(),
+        "plain",
+        "FROM chat.gguf\nTEMPLATE \"{{ range .Messages }}{{ .Content }}{{ end }}\"\n",
+    )
+    .await
+    .unwrap();
+    let caps = show(&store, &name("plain"), false).unwrap().capabilities;
+    assert_eq!(caps, vec![Capability::Completion]);
     common::tiny_gguf(
         &dir.path().join("embed.gguf"),
         8,
