@@ -23,12 +23,19 @@ fn into_response(r: ApiResult<Response>) -> Response {
     r.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The Ollama release whose API this daemon follows. Clients compare `/api/version` with the
+/// Ollama release that brought what they use (VS Code's Copilot, Raycast's extension and
+/// Continue refuse older servers), so it reports this, and ollamars' own version beside it.
+pub const OLLAMA_API_VERSION: &str = "0.33.0";
+
+/// Clients probing for a server compare the text (Ollama's words).
 pub async fn root() -> &'static str {
-    "ollamars is running"
+    "Ollama is running"
 }
 
 pub async fn version() -> Response {
-    axum::Json(json!({ "version": env!("CARGO_PKG_VERSION") })).into_response()
+    axum::Json(json!({ "version": OLLAMA_API_VERSION, "ollamars_version": env!("CARGO_PKG_VERSION") }))
+        .into_response()
 }
 
 fn details_json(d: &registry::Details) -> Value {
@@ -118,7 +125,9 @@ pub async fn show(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
                 "license": info.license_text,
                 "modelfile": info.modelfile,
                 "parameters": info.parameters_text,
-                "template": info.model.template.clone().or(info.chat_template.clone()).unwrap_or_default(),
+                // Without either, requests use the fallback, as Ollama's default template.
+                "template": info.model.template.clone().or(info.chat_template.clone())
+                    .unwrap_or_else(|| engine::template::FALLBACK_TEMPLATE.to_string()),
                 "system": req.system.clone().or(info.model.system.clone()).unwrap_or_default(),
                 "details": details_json(&info.details),
                 "model_info": Value::Object(info.model_info.clone()),

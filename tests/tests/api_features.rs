@@ -476,7 +476,7 @@ fn a_unix_socket_serves_generate_and_the_cli() {
     }
     let run = || -> Result<(), String> {
         let (status, body) = unix_request(&sock, "GET", "/", "");
-        if status != 200 || !body.contains("ollamars is running") {
+        if status != 200 || !body.contains("Ollama is running") {
             return Err(format!("GET /: {status} {body}"));
         }
         let req = json!({"model": "tiny", "prompt": "hello", "stream": false, "options": greedy(4)});

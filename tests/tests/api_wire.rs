@@ -184,6 +184,17 @@ fn model_management_tags_show_copy_delete() {
         .unwrap()
         .contains(&json!("completion")));
     assert_eq!(show["details"]["quantization_level"], "Q8_0");
+    // Without a template of its own the model renders with Ollama's default, and shows it.
+    assert_eq!(show["template"], "{{ .Prompt }}", "{show}");
+    // Tensor types spelled as Ollama spells them.
+    let verbose = d.post_ok("/api/show", &json!({"model": "tiny", "verbose": true}));
+    let types: Vec<&str> = verbose["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    assert!(types.contains(&"Q8_0") && types.contains(&"F32"), "{types:?}");
 
     let r = d.post("/api/copy", &json!({"source": "tiny", "destination": "tiny2:v1"}));
     assert_eq!(r.status(), 200);

@@ -7,7 +7,11 @@ use serde_json::json;
 #[test]
 fn daemon_starts_creates_a_model_and_answers() {
     let d = Daemon::start();
-    assert_eq!(d.get("/").text().unwrap(), "ollamars is running");
+    // What clients probing for an Ollama server compare.
+    assert_eq!(d.get("/").text().unwrap(), "Ollama is running");
+    let v = d.get("/api/version").json::<serde_json::Value>().unwrap();
+    assert_eq!(v["version"], "0.33.0", "{v}");
+    assert_eq!(v["ollamars_version"], env!("CARGO_PKG_VERSION"), "{v}");
     d.create_model("tiny", &models::tiny_llama());
     // The blob landed in this daemon's own store.
     assert!(std::fs::read_dir(d.models_dir().join("blobs")).unwrap().count() >= 1);

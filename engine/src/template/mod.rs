@@ -12,4 +12,5 @@ pub use jinja::{JinjaInputs, JinjaTemplate};
 pub use ollama::{OllamaInputs, OllamaTemplate};
 pub use prompt::{
     render_prompt, ChatFormat, ModelTemplates, PromptRequest, TemplateCapabilities, TemplateSource,
+    FALLBACK_TEMPLATE,
 };
