@@ -58,6 +58,12 @@ pub async fn find_model(state: &AppState, name: &str) -> ApiResult<StoreModel> {
             "model '{name}' has no weights (no model layer)"
         )));
     };
+    // A pulled model may carry an adapter layer; running it without would answer otherwise.
+    if !model.adapters.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "model '{name}' has a LoRA adapter, which ollamars does not apply; merge it into the model (llama.cpp's llama-export-lora) and create the model from the merged GGUF"
+        )));
+    }
     let want = Want {
         path,
         name: model.name.display_shortest(),

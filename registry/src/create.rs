@@ -1,13 +1,14 @@
 //! Creating a model from a Modelfile or an `/api/create` request.
 //!
 //! Two halves, as in Ollama:
-//! - the client side, [`CreateRequest::from_modelfile`], turns `FROM`/`ADAPTER` paths into blob
+//! - the client side, [`CreateRequest::from_modelfile`], turns `FROM` paths into blob
 //!   digests through a callback (the CLI hashes and uploads each file with `/api/blobs`; the
 //!   library path [`create_from_modelfile`] copies it into the store);
 //! - the server side, [`create`], builds the layers from blobs already in the store: the base
 //!   model's layers (`FROM name`, pulled if missing) or the GGUF files (split sets merged into one
-//!   model blob), adapters, then template, system, license, params and messages layers, the
-//!   config blob, and the manifest. Existing blobs are reused; layer blobs are written byte for
+//!   model blob), then template, system, license, params and messages layers, the config blob,
+//!   and the manifest. LoRA adapters (`ADAPTER`, `adapters`) are refused: the engine does not
+//!   apply them, and a model silently run without its adapter would answer otherwise. Existing blobs are reused; layer blobs are written byte for
 //!   byte as Ollama writes them, so the same inputs give the same digests.
 
 use std::collections::BTreeMap;
@@ -45,7 +46,8 @@ pub struct CreateRequest {
     /// GGUF files by name (a file name, or a relative path inside a directory), as blobs already
     /// in the store. Split sets (`x-00001-of-00003.gguf`, ...) are joined into one model blob.
     pub files: BTreeMap<String, Digest>,
-    /// LoRA adapters (GGUF), by name.
+    /// LoRA adapters (GGUF), by name: refused by [`create`] (Ollama's field, so a request that
+    /// has them gets a clear error rather than a model without them).
     pub adapters: BTreeMap<String, Digest>,
     pub template: Option<String>,
     pub system: Option<String>,
@@ -104,14 +106,7 @@ impl CreateRequest {
                         req.from = Some(v.clone());
                     }
                 },
-                Instruction::Adapter(v) => match local_files(v, base_dir).map_err(at)? {
-                    Some(files) => {
-                        for (key, path) in files {
-                            req.adapters.insert(key, file(&path)?);
-                        }
-                    }
-                    None => return Err(at(format!("ADAPTER {v}: no such file or directory"))),
-                },
+                Instruction::Adapter(_) => return Err(at(ADAPTERS_UNSUPPORTED.into())),
                 Instruction::Template(v) => req.template = Some(v.clone()),
                 Instruction::System(v) => req.system = Some(v.clone()),
                 Instruction::License(v) => req.license.push(v.clone()),
@@ -129,6 +124,9 @@ impl CreateRequest {
         Ok(req)
     }
 }
+
+/// Why a model with a LoRA adapter is refused, and what to do instead.
+pub const ADAPTERS_UNSUPPORTED: &str = "ADAPTER (LoRA adapters) is not supported by ollamars: merge the adapter into the model (llama.cpp's llama-export-lora) and use the merged GGUF in FROM";
 
 /// Resolves a `FROM`/`ADAPTER` value to local files: `None` if it is not an existing path.
 fn local_files(value: &str, base_dir: &Path) -> std::result::Result<Option<Vec<(String, PathBuf)>>, String> {
@@ -151,6 +149,9 @@ fn local_files(value: &str, base_dir: &Path) -> std::result::Result<Option<Vec<(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model.gguf".into());
         return Ok(Some(vec![(key, path)]));
+    }
+    if !meta.is_dir() {
+        return Err(format!("{value}: not a regular file or a directory"));
     }
     let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?
@@ -254,7 +255,12 @@ pub async fn create(
     opts: CreateOptions<'_>,
     progress: &ProgressFn<'_>,
 ) -> Result<()> {
-    for key in req.files.keys().chain(req.adapters.keys()) {
+    // Accepting an adapter and running the model without it would give answers the user did
+    // not ask for, silently.
+    if !req.adapters.is_empty() {
+        return Err(Error::request(ADAPTERS_UNSUPPORTED));
+    }
+    for key in req.files.keys() {
         if !valid_file_name(key) {
             return Err(Error::request(format!("invalid file name {key:?}")));
         }
@@ -285,7 +291,7 @@ pub async fn create(
     };
 
     // Base layers: another model's, or the given files'.
-    let mut layers: Vec<Layer>;
+    let layers: Vec<Layer>;
     if let Some(from) = non_empty(&req.from) {
         let from_name = Name::parse(from)?;
         let base = match store.find_manifest(&from_name)? {
@@ -338,17 +344,13 @@ pub async fn create(
         progress(Progress::ParsingGguf);
         let (st, p, files) = (store.clone(), pin.clone(), req.files.clone());
         layers = run_blocking(progress, move |emit| gguf_layers(&st, &p, &files, emit)).await?;
+        if layers.iter().any(|l| l.media_type == media::ADAPTER) {
+            return Err(Error::request(format!(
+                "a file in FROM is a LoRA adapter, not a model; {ADAPTERS_UNSUPPORTED}"
+            )));
+        }
     } else {
         return Err(Error::request("neither 'from' nor 'files' was specified"));
-    }
-
-    if !req.adapters.is_empty() {
-        let (st, p, files) = (store.clone(), pin.clone(), req.adapters.clone());
-        let adapters = run_blocking(progress, move |emit| gguf_layers(&st, &p, &files, emit)).await?;
-        for mut l in adapters {
-            l.media_type = media::ADAPTER.into();
-            layers.push(l);
-        }
     }
 
     // Model layers: quantize if asked, and take the config details from them.

@@ -258,9 +258,30 @@ async fn bad_inputs_get_clear_errors() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("neither"), "{err}");
+    // LoRA adapters are refused (the engine does not apply them): in a Modelfile, in a request,
+    // and a LoRA GGUF given as the model. Nothing is written.
+    common::tiny_gguf(&dir.path().join("m.gguf"), 4, &[]);
+    common::tiny_gguf(
+        &dir.path().join("lora.gguf"),
+        4,
+        &[("general.type", Value::String("adapter".into()))],
+    );
+    for mf in ["FROM ./m.gguf\nADAPTER ./lora.gguf\n", "FROM ./lora.gguf\n"] {
+        let err = create_mf(&store, dir.path(), "x", mf).await.unwrap_err();
+        assert!(err.to_string().contains("LoRA"), "{mf}: {err}");
+    }
+    let req = CreateRequest {
+        files: [("m.gguf".to_string(), fake)].into(),
+        adapters: [("lora.gguf".to_string(), fake)].into(),
+        ..Default::default()
+    };
+    let err = create(&store, &name("x"), req, CreateOptions::default(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(err.is_bad_request() && err.to_string().contains("LoRA"), "{err}");
+    assert!(store.list().unwrap().is_empty());
     // A TEMPLATE that would fail every request is refused before anything is written; a Jinja
     // chat template pasted into a Modelfile is taken, as requests will render it.
-    common::tiny_gguf(&dir.path().join("m.gguf"), 4, &[]);
     for bad in [
         "{{",
         "{{ .Prompt }}{{ range .Messages }}",
