@@ -269,6 +269,34 @@ fn unknown_models_are_one_line_errors() {
             modelfile.display()
         )
     );
+    // Neither a file nor a directory; an endless Modelfile is read only so far.
+    std::fs::write(&modelfile, "FROM /dev/null\n").unwrap();
+    let o = cli(&d, &["create", "m", "-f", &modelfile.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.trim_end()
+            .ends_with("(line 1): /dev/null: not a regular file or a directory"),
+        "{err}"
+    );
+    let err = fails_with_one_line(cli(&d, &["create", "m", "-f", "/dev/zero"]));
+    assert_eq!(err, "Error: the Modelfile /dev/zero is larger than 64 MiB");
+    // Deprecated parameters are dropped with a warning, as Ollama prints one.
+    std::fs::write(
+        &modelfile,
+        format!("FROM {}\nPARAMETER mirostat 1\n", models::tiny_llama().display()),
+    )
+    .unwrap();
+    let o = cli(&d, &["create", "m", "-f", &modelfile.to_string_lossy()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: {} (line 2): parameter mirostat is deprecated",
+            modelfile.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -518,4 +546,35 @@ fn run_starts_a_daemon_when_asked() {
     let out = cli_env(&host, &["run", "--start-daemon", "tiny", "hi"], "", &env);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("Started"), "{}", stderr(&out));
+}
+
+/// `ollamars show m --modelfile | head -1` and the like: output to a reader that has gone away
+/// ends the command quietly with status 0, not a panic (status 101 and a backtrace) or an
+/// error line.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let d = Daemon::start();
+    d.create_model("m", &models::tiny_llama());
+    let tiny = models::tiny_llama();
+    for args in [
+        &["show", "m", "--modelfile"][..],
+        &["show", "m"],
+        &["list"],
+        &["tokenize", "-m", &tiny.to_string_lossy(), "hello world"],
+        &["inspect", &tiny.to_string_lossy()],
+    ] {
+        let mut child = Command::new(ollamars_bin())
+            .args(args)
+            .env("OLLAMARS_HOST", d.host())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running ollamars");
+        // The reading end closes before anything is written.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
 }

@@ -163,7 +163,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let (pp_tps, pp_std) = mean_std(&pp);
     let (tg_tps, tg_std) = mean_std(&tg);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     if args.json {
         writeln!(
             out,

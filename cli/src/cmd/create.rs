@@ -6,6 +6,7 @@
 //! structured request and streams its progress. The daemon never reads client paths.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +40,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The error names the model already ("invalid model name \"..\": why").
     registry::Name::parse(&args.model)?;
     let (modelfile, base_dir, path) = read_modelfile(args.file.as_deref())?;
+    let named = path
+        .as_ref()
+        .map_or("Modelfile".into(), |p| p.display().to_string());
+    for w in &modelfile.warnings {
+        eprintln!("warning: {named} {w}");
+    }
     let client = Client::from_env()?;
     // Fail before hashing gigabytes when the daemon is not there.
     block_on(client.heartbeat())?;
@@ -94,7 +101,20 @@ fn read_modelfile(file: Option<&Path>) -> anyhow::Result<(Modelfile, PathBuf, Op
         // No Modelfile: the model files of the current directory, as Ollama does.
         None => return Ok((Modelfile::parse("FROM .\n")?, cwd, None)),
     };
-    let bytes = std::fs::read(&path).with_context(|| format!("reading the Modelfile {}", path.display()))?;
+    // Bounded: `-f /dev/zero` must not read until memory runs out. The daemon takes no request
+    // larger than this by default either.
+    const MAX_MODELFILE: u64 = 64 << 20;
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_MODELFILE + 1).read_to_end(&mut bytes))
+        .with_context(|| format!("reading the Modelfile {}", path.display()))?;
+    if bytes.len() as u64 > MAX_MODELFILE {
+        anyhow::bail!(
+            "the Modelfile {} is larger than {} MiB",
+            path.display(),
+            MAX_MODELFILE >> 20
+        );
+    }
     let modelfile = Modelfile::parse_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
     let dir = path
         .parent()

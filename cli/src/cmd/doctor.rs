@@ -8,6 +8,7 @@
 //! manifest, a download in progress or a resumable one.
 
 use std::fmt::Write as _;
+use std::io::Write;
 use std::path::PathBuf;
 
 use registry::store::{CheckOptions, CheckReport};
@@ -45,9 +46,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let report = store.check(&opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(
+            crate::term::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&report)?
+        )?;
     } else {
-        print!("{}", text(&report, &root, args.repair));
+        write!(crate::term::stdout(), "{}", text(&report, &root, args.repair))?;
     }
     if !report.is_consistent() {
         std::process::exit(1);

@@ -92,7 +92,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         seq: 0,
     };
 
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     let mut detok = Detokenizer::new(&vocab, false);
     let mut io_error = None;
     let t_gen = Instant::now();

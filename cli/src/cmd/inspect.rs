@@ -33,11 +33,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         to_text(&model, file_type)
     };
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        // `ollamars inspect big.gguf | head` is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    crate::term::stdout().write_all(out.as_bytes())?;
+    Ok(())
 }
 
 /// The JSON document. Its fields: `version`, `files` (each part: `path`, `size`, `alignment`,

@@ -1,6 +1,7 @@
 //! `ollamars list` and `ollamars ps`: the models in the store and the models in memory, in
 //! Ollama's tables.
 
+use std::io::Write;
 use time::OffsetDateTime;
 
 use super::{block_on, HOST_HELP};
@@ -25,20 +26,16 @@ pub struct PsArgs {
 pub fn list(args: ListArgs) -> anyhow::Result<()> {
     let client = Client::from_env()?;
     let resp: ListResponse = block_on(client.get("/api/tags"))?;
-    print!(
-        "{}",
-        list_table(&resp, args.prefix.as_deref(), OffsetDateTime::now_utc())
-    );
+    let table = list_table(&resp, args.prefix.as_deref(), OffsetDateTime::now_utc());
+    crate::term::stdout().write_all(table.as_bytes())?;
     Ok(())
 }
 
 pub fn ps(args: PsArgs) -> anyhow::Result<()> {
     let client = Client::from_env()?;
     let resp: PsResponse = block_on(client.get("/api/ps"))?;
-    print!(
-        "{}",
-        ps_table(&resp, args.prefix.as_deref(), OffsetDateTime::now_utc())
-    );
+    let table = ps_table(&resp, args.prefix.as_deref(), OffsetDateTime::now_utc());
+    crate::term::stdout().write_all(table.as_bytes())?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! `ollamars cp`, `rm` and `stop`: copy, delete and unload models.
 
 use serde_json::json;
+use std::io::Write;
 
 use super::{block_on, HOST_HELP};
 use crate::client::api::{Common, GenerateRequest, GenerateResponse};
@@ -34,7 +35,12 @@ pub fn copy(args: CopyArgs) -> anyhow::Result<()> {
     let client = Client::from_env()?;
     let body = json!({"source": args.source, "destination": args.destination});
     block_on(client.call(reqwest::Method::POST, "/api/copy", &body))?;
-    println!("copied '{}' to '{}'", args.source, args.destination);
+    writeln!(
+        crate::term::stdout(),
+        "copied '{}' to '{}'",
+        args.source,
+        args.destination
+    )?;
     Ok(())
 }
 
@@ -51,7 +57,7 @@ pub fn remove(args: RemoveArgs) -> anyhow::Result<()> {
             }
         }
         block_on(client.call(reqwest::Method::DELETE, "/api/delete", &json!({ "model": model })))?;
-        println!("deleted '{model}'");
+        writeln!(crate::term::stdout(), "deleted '{model}'")?;
     }
     Ok(())
 }

@@ -46,7 +46,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         bos: vocab.bos().filter(|_| vocab.add_bos()),
         n_threads: args.threads,
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     if !args.json {
         writeln!(
             out,

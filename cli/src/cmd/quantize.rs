@@ -90,7 +90,8 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         let _ = writeln!(err);
     }
     drop(err);
-    println!(
+    writeln!(
+        crate::term::stdout(),
         "{} -> {}: {} ({}), {} tensors ({} converted, {} fallbacks), {:.2} MiB -> {:.2} MiB ({:.2} bits per weight), {:.1} s",
         args.input.display(),
         args.output.display(),
@@ -103,6 +104,6 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         report.bytes_out as f64 / MIB,
         report.bytes_out as f64 * 8.0 / report.n_elements.max(1) as f64,
         start.elapsed().as_secs_f64(),
-    );
+    )?;
     Ok(())
 }

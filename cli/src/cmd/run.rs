@@ -236,7 +236,7 @@ fn generate(client: &Client, session: &Session, prompt: &str) -> anyhow::Result<
     let mut answer = Answer::new(session.wrap_width(), !terminal, session.hide_thinking);
     let spinner = waiting_spinner();
     let mut last = None;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     let result = block_on(cancellable(client.stream(
         "/api/generate",
         &req,
@@ -283,7 +283,7 @@ pub fn chat(client: &Client, session: &Session) -> Result<Option<Message>, Error
     let spinner = waiting_spinner();
     let mut last = None;
     let mut role = "assistant".to_string();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     let result = block_on(cancellable(client.stream(
         "/api/chat",
         &req,
@@ -351,7 +351,7 @@ fn embed(client: &Client, session: &Session, input: &str) -> anyhow::Result<()> 
         .and_then(|e| e.get(0))
         .cloned()
         .unwrap_or(Value::Array(Vec::new()));
-    println!("{first}");
+    writeln!(crate::term::stdout(), "{first}")?;
     Ok(())
 }
 

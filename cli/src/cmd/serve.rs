@@ -1,5 +1,6 @@
 //! `ollamars serve`: run the daemon.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -35,7 +36,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = daemon::Config::load(args.config.as_deref())?;
     if args.print_config {
-        print!("{}", config.describe());
+        write!(crate::term::stdout(), "{}", config.describe())?;
         return Ok(());
     }
     daemon::init_logging();

@@ -2,6 +2,7 @@
 //! (`--modelfile`, `--parameters`, `--template`, `--system`, `--license`).
 
 use serde_json::{json, Map, Value};
+use std::io::Write;
 
 use super::{block_on, HOST_HELP};
 use crate::client::api::ShowResponse;
@@ -37,18 +38,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::from_env()?;
     let body = json!({"model": args.model, "verbose": args.verbose});
     let resp: ShowResponse = block_on(client.post("/api/show", &body))?;
+    let mut out = crate::term::stdout();
     if args.license {
-        println!("{}", resp.license);
+        writeln!(out, "{}", resp.license)?;
     } else if args.modelfile {
-        println!("{}", resp.modelfile);
+        writeln!(out, "{}", resp.modelfile)?;
     } else if args.parameters {
-        println!("{}", resp.parameters);
+        writeln!(out, "{}", resp.parameters)?;
     } else if args.system {
-        print!("{}", resp.system);
+        write!(out, "{}", resp.system)?;
     } else if args.template {
-        print!("{}", resp.template);
+        write!(out, "{}", resp.template)?;
     } else {
-        print!("{}", info(&resp, args.verbose));
+        write!(out, "{}", info(&resp, args.verbose))?;
     }
     Ok(())
 }

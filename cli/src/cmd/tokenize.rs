@@ -46,7 +46,7 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     };
     let tokens = vocab.tokenize(&text, !args.no_bos, !args.no_parse_special);
 
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::term::stdout();
     if args.ids {
         let list: Vec<String> = tokens.iter().map(u32::to_string).collect();
         writeln!(out, "[{}]", list.join(", "))?;

@@ -2,6 +2,7 @@
 //! with a progress bar per layer.
 
 use serde_json::json;
+use std::io::Write;
 
 use super::{block_on, HOST_HELP};
 use crate::client::api::ProgressResponse;
@@ -69,6 +70,9 @@ pub fn push(args: PushArgs) -> anyhow::Result<()> {
         return Err(e.into());
     }
     let destination = registry::Name::parse(&args.model).map_or(args.model.clone(), |n| n.to_string());
-    println!("\nYou can find your model at:\n\n\t{destination}");
+    writeln!(
+        crate::term::stdout(),
+        "\nYou can find your model at:\n\n\t{destination}"
+    )?;
     Ok(())
 }
