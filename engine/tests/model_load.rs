@@ -245,3 +245,46 @@ fn decode_reads_the_embedding_table_only_when_it_is_the_output() {
     .unwrap();
     assert_eq!(tied.decode_read_bytes(), tied.weights_size());
 }
+
+/// A vocabulary with fewer tokens than the model has rows is refused where the two meet (the
+/// CLI's tools and the daemon's runner alike), instead of giving ids without text.
+#[test]
+fn a_vocabulary_that_does_not_fit_the_model_is_refused() {
+    use engine::gguf::Array;
+    let src = tiny("tiny-llama-spm-e64-q8_0.gguf");
+    let g = Gguf::open(&src).unwrap();
+    let md = g.metadata();
+    let mut w = GgufWriter::from_model(&g).unwrap();
+    let tokens = md
+        .get_str_array("tokenizer.ggml.tokens")
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    let scores = md.get_f32_array("tokenizer.ggml.scores").unwrap().unwrap();
+    let types = md.get_i64_array("tokenizer.ggml.token_type").unwrap().unwrap();
+    w.set(
+        "tokenizer.ggml.tokens",
+        Value::Array(Array::String(tokens[..100].to_vec().into())),
+    );
+    w.set(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::F32(scores[..100].to_vec())),
+    );
+    w.set(
+        "tokenizer.ggml.token_type",
+        Value::Array(Array::I32(types[..100].iter().map(|&t| t as i32).collect())),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short-vocab.gguf");
+    let tensors = g.tensors();
+    w.write_file(&path, |i, _| Ok(Cow::Borrowed(g.tensor_data(&tensors[i]))))
+        .unwrap();
+    let m = Model::load(&path, &ModelParams::default()).unwrap();
+    let err = m.vocab().unwrap_err().to_string();
+    assert!(
+        err.contains("the vocabulary has 100 tokens, the model 32000"),
+        "{err}"
+    );
+    let m = Model::load(&src, &ModelParams::default()).unwrap();
+    assert_eq!(m.vocab().unwrap().n_tokens(), 32000);
+}

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use engine::generate::{argmax, generate, GenerateParams};
 use engine::sample::{Sampler, SamplingOptions};
-use engine::tokenizer::{Detokenizer, Vocab};
+use engine::tokenizer::Detokenizer;
 use engine::{Context, ContextParams, KvType, Model, ModelParams};
 
 #[derive(Args)]
@@ -56,7 +56,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let t_load = Instant::now();
     let model = Model::load(&args.model, &ModelParams::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let vocab = Vocab::from_metadata(model.metadata())
+    let vocab = model
+        .vocab()
         .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
     let mut ctx = Context::new(
         model.clone(),

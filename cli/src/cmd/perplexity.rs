@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use engine::perplexity::{perplexity, PerplexityParams};
-use engine::tokenizer::Vocab;
 use engine::{Model, ModelParams};
 
 #[derive(Args)]
@@ -34,7 +33,8 @@ pub struct PerplexityArgs {
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.model, &ModelParams::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let vocab = Vocab::from_metadata(model.metadata())
+    let vocab = model
+        .vocab()
         .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
     let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let text = String::from_utf8_lossy(&bytes);

@@ -298,13 +298,7 @@ impl Runner {
                 "a runner needs at least one slot and a positive step size".into(),
             ));
         }
-        if vocab.n_tokens() != model.n_vocab() {
-            return Err(Error::InvalidArgument(format!(
-                "the vocabulary has {} tokens, the model {}",
-                vocab.n_tokens(),
-                model.n_vocab()
-            )));
-        }
+        model.check_vocab(&vocab)?;
         let n_ctx = params
             .n_ctx
             .checked_mul(params.n_slots)

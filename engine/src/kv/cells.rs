@@ -28,14 +28,21 @@ pub struct Cells {
 }
 
 impl Cells {
-    pub fn new(size: usize, n_swa: Option<u32>) -> Cells {
-        Cells {
-            pos: vec![EMPTY; size],
-            seqs: vec![0; size],
+    /// `size` empty cells; `None` when the memory for them cannot be had (the size comes from
+    /// a request).
+    pub fn new(size: usize, n_swa: Option<u32>) -> Option<Cells> {
+        let (mut pos, mut seqs) = (Vec::new(), Vec::new());
+        pos.try_reserve_exact(size).ok()?;
+        seqs.try_reserve_exact(size).ok()?;
+        pos.resize(size, EMPTY);
+        seqs.resize(size, 0);
+        Some(Cells {
+            pos,
+            seqs,
             n_swa,
             head: 0,
             used: 0,
-        }
+        })
     }
 
     pub fn size(&self) -> usize {
@@ -222,7 +229,7 @@ mod tests {
 
     #[test]
     fn allocate_remove_copy_shift() {
-        let mut c = Cells::new(8, None);
+        let mut c = Cells::new(8, None).unwrap();
         c.allocate(&toks(0, 0..5)).unwrap();
         assert_eq!(
             (c.used(), c.seq_pos_max(0), c.seq_pos_min(0)),
@@ -250,7 +257,7 @@ mod tests {
     #[test]
     fn sliding_window_pool_reuses_cells_that_left_the_window() {
         // Window 4, pool of 4 + batch 2 cells.
-        let mut c = Cells::new(6, Some(4));
+        let mut c = Cells::new(6, Some(4)).unwrap();
         for chunk in 0..10 {
             c.allocate(&toks(0, chunk * 2..chunk * 2 + 2)).unwrap();
             let max = c.seq_pos_max(0).unwrap();

@@ -86,6 +86,35 @@ pub fn swa_pool_size(n_ctx: usize, n_swa: usize, n_seq: usize, n_batch: usize) -
     n_ctx.min(n_swa.saturating_mul(n_seq).saturating_add(n_batch))
 }
 
+/// One layer's keys or values: `n_heads` rows of `row_bytes` per cell, zeroed. The size comes
+/// from a request (`num_ctx`, a benchmark's depth) and a model file, so too much is an error,
+/// not an abort. Zeroed allocations are mapped lazily: memory is touched only as cells fill.
+fn zeroed(n_heads: usize, row_bytes: usize, cells: usize) -> Result<Vec<u8>> {
+    let too_big = |n: String| {
+        Error::InvalidArgument(format!(
+            "a KV cache of {cells} cells needs {n} bytes per layer, more than this machine can give; lower the context size"
+        ))
+    };
+    let n = n_heads
+        .checked_mul(row_bytes)
+        .and_then(|b| b.checked_mul(cells))
+        .ok_or_else(|| too_big("more than 2^64".into()))?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| too_big(n.to_string()))?;
+    // SAFETY: `layout` has a non-zero size. A non-null result is `n` zeroed bytes from the
+    // global allocator with `u8`'s layout, which is what `Vec::from_raw_parts` takes for a
+    // vector of length and capacity `n`.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout);
+        if p.is_null() {
+            return Err(too_big(n.to_string()));
+        }
+        Ok(Vec::from_raw_parts(p, n, n))
+    }
+}
+
 impl KvCache {
     /// A cache of `n_ctx` cells for full-attention layers and, if any layer is windowed,
     /// `swa_pool_size(..)` cells for those.
@@ -97,12 +126,16 @@ impl KvCache {
         n_batch: usize,
         ty: KvType,
     ) -> Result<KvCache> {
-        let mut pools = vec![Cells::new(n_ctx, None)];
+        let cells = |n: usize, w: Option<u32>| {
+            Cells::new(n, w).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a KV cache of {n} cells needs more memory than this machine can give; lower the context size"
+                ))
+            })
+        };
+        let mut pools = vec![cells(n_ctx, None)?];
         if let Some(w) = n_swa.filter(|_| layers.iter().any(|l| l.swa)) {
-            pools.push(Cells::new(
-                swa_pool_size(n_ctx, w as usize, n_seq, n_batch),
-                Some(w),
-            ));
+            pools.push(cells(swa_pool_size(n_ctx, w as usize, n_seq, n_batch), Some(w))?);
         }
         let layers = layers
             .iter()
@@ -131,11 +164,10 @@ impl KvCache {
                 let n_kv_head = l.n_embd_k / l.head_dim_k;
                 let pool = usize::from(l.swa && pools.len() > 1);
                 let cells = pools[pool].size();
-                // Zeroed allocations are mapped lazily: memory is touched only as cells fill.
                 Ok(LayerKv {
                     pool,
-                    k: vec![0u8; n_kv_head * k_head * cells],
-                    v: vec![0u8; n_kv_head * v_head * cells],
+                    k: zeroed(n_kv_head, k_head, cells)?,
+                    v: zeroed(n_kv_head, v_head, cells)?,
                     head_dim_k: l.head_dim_k,
                     head_dim_v: l.head_dim_v,
                     k_head,
@@ -298,6 +330,29 @@ mod tests {
             assert!(matches!(err, Some(Error::InvalidArgument(_))), "{bad:?}: {err:?}");
         }
         assert!(KvCache::new(&[shape(64, 32, 128, 64)], None, 16, 1, 2, KvType::F16).is_ok());
+    }
+
+    /// A context no machine can hold (a benchmark's depth of 10^8, a `-c` of 4·10^9 and more)
+    /// is an error, not an abort on a failed allocation.
+    #[test]
+    fn a_cache_too_large_is_an_error() {
+        let shape = LayerShape {
+            n_embd_k: 64,
+            n_embd_v: 64,
+            head_dim_k: 32,
+            head_dim_v: 32,
+            swa: false,
+        };
+        for n_ctx in [usize::MAX / 2, usize::MAX / 64, 1 << 56] {
+            let err = KvCache::new(&[shape], None, n_ctx, 1, 2, KvType::F16).err();
+            assert!(
+                matches!(&err, Some(Error::InvalidArgument(m)) if m.contains("lower the context size")),
+                "{n_ctx}: {err:?}"
+            );
+        }
+        assert!(zeroed(usize::MAX, 2, 2).is_err());
+        assert!(zeroed(1 << 40, 1 << 20, 1).is_err());
+        assert_eq!(zeroed(2, 3, 4).unwrap(), vec![0u8; 24]);
     }
 
     /// A stored token's heads land head-major, where attention reads them, in both cache types;

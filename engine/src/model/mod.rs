@@ -26,6 +26,7 @@ use crate::gguf::{Gguf, Metadata};
 use crate::kv::{swa_pool_size, KvType};
 use crate::ops::rope::Rope;
 use crate::quant::FileType;
+use crate::tokenizer::Vocab;
 use crate::{Error, Result};
 use weights::Weights;
 
@@ -143,6 +144,27 @@ impl Model {
 
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
+    }
+
+    /// The model's vocabulary, from its metadata, checked against its output rows.
+    pub fn vocab(&self) -> Result<Vocab> {
+        let vocab = Vocab::from_metadata(self.metadata())?;
+        self.check_vocab(&vocab)?;
+        Ok(vocab)
+    }
+
+    /// A vocabulary fits the model when it has a token for each row of the model's embedding
+    /// and output: with fewer, sampled ids would have no text (empty replies, or ids the
+    /// tokenizer rejects); with more, token ids would index past the embedding.
+    pub fn check_vocab(&self, vocab: &Vocab) -> Result<()> {
+        if vocab.n_tokens() != self.n_vocab() {
+            return Err(Error::InvalidArgument(format!(
+                "the vocabulary has {} tokens, the model {}",
+                vocab.n_tokens(),
+                self.n_vocab()
+            )));
+        }
+        Ok(())
     }
 
     pub fn n_layer(&self) -> usize {
