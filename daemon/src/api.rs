@@ -22,7 +22,7 @@ use crate::inference::{
     StoreModel,
 };
 use crate::options::Options;
-use crate::scheduler::{Lease, Ticket};
+use crate::scheduler::Lease;
 use crate::server::AppState;
 use crate::structured;
 use crate::util::rfc3339;
@@ -95,16 +95,15 @@ struct Ready<T> {
     checked: T,
     options: Options,
     structured: Option<Value>,
-    ticket: Ticket,
     lease: Lease,
 }
 
 /// The start every generation shares: find the model, answer an unload (`unload_asked`: the
 /// request has nothing to generate), get the prompt format (`template`: the request's
 /// template, `None` for a raw prompt that has no format), run the endpoint's own `check`
-/// against it, refuse images, resolve the options and format, then queue, and load (or reload)
-/// the model, and answer a load-only request (`load_only`). Everything that can refuse the
-/// request runs before it is queued: a refused request loads nothing and evicts nothing. `Err`
+/// against it, refuse images, resolve the options and format, then load (or reload) the model,
+/// waiting in the queue if need be, and answer a load-only request (`load_only`). Everything
+/// that can refuse the request runs before it waits: a refused request loads nothing and evicts nothing. `Err`
 /// holds the answer when there is nothing to generate.
 async fn prelude<T>(
     st: &AppState,
@@ -134,7 +133,6 @@ async fn prelude<T>(
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
         .map_err(ApiError::bad_request)?;
     let structured = structured::requested(c.format.as_ref())?;
-    let ticket = st.sched.enqueue(&sm.want.name)?;
     let mut want = sm.want.clone();
     want.num_ctx = options.num_ctx;
     want.keep_alive = keep_alive;
@@ -148,7 +146,6 @@ async fn prelude<T>(
         checked,
         options,
         structured,
-        ticket,
         lease,
     }))
 }
@@ -193,7 +190,6 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         checked: think,
         options,
         structured,
-        ticket,
         lease,
     } = match prelude(st, &c, true, empty, empty, Some(None), check).await? {
         Ok(ready) => ready,
@@ -254,7 +250,7 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         shift: c.shift.unwrap_or(true),
         structured,
     };
-    let running = start(plan, Some((&format, &text)), ticket).await?;
+    let running = start(plan, Some((&format, &text))).await?;
     Ok(Prepared::Run(Box::new(running)))
 }
 
@@ -345,7 +341,6 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         checked: think,
         options,
         structured,
-        ticket,
         lease,
     } = match prelude(st, c, false, g.prompt.is_empty(), load_only, template, check).await? {
         Ok(ready) => ready,
@@ -439,7 +434,7 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         structured,
     };
     let parser = format.as_deref().map(|f| (f, text.as_str()));
-    let running = start(plan, parser, ticket).await?;
+    let running = start(plan, parser).await?;
     Ok(Prepared::Run(Box::new(running)))
 }
 
@@ -499,7 +494,6 @@ pub async fn embed_texts(
     let keep_alive = parse_keep_alive(keep_alive)?;
     let options =
         Options::resolve(model_options(&sm.model).as_ref(), options).map_err(ApiError::bad_request)?;
-    let ticket = st.sched.enqueue(&sm.want.name)?;
     let mut want = sm.want.clone();
     want.num_ctx = options.num_ctx;
     want.keep_alive = keep_alive;
@@ -539,7 +533,6 @@ pub async fn embed_texts(
             let _ = tx.send(r);
         }),
     }))?;
-    drop(ticket);
     let vectors = rx
         .await
         .map_err(|_| ApiError::internal("the model's runner stopped"))?

@@ -261,11 +261,7 @@ pub fn fit_tokens(
 }
 
 /// Takes a slot and hands the request to the runner.
-pub async fn start(
-    plan: Plan,
-    format_parser: Option<(&ChatFormat, &str)>,
-    ticket: crate::scheduler::Ticket,
-) -> ApiResult<Running> {
+pub async fn start(plan: Plan, format_parser: Option<(&ChatFormat, &str)>) -> ApiResult<Running> {
     let Plan {
         lease,
         format,
@@ -295,8 +291,7 @@ pub async fn start(
         Some((f, prompt)) => f.reply_parser(prompt, think.as_ref(), &tools),
         None => engine::chat::ReplyParser::passthrough(),
     };
-    let permit = lease.slot().await;
-    drop(ticket);
+    let permit = lease.slot().await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Cancel::new();
     let req = Request {

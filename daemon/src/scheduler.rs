@@ -107,12 +107,16 @@ pub struct Lease {
     /// request runs as in a context of this size.
     pub n_ctx: u32,
     sched: Arc<Scheduler>,
+    /// The name the request used (the queue's count by model).
+    name: String,
     /// How long the request waited for the model to load.
     pub load_duration: Duration,
 }
 
-/// A place in the queue of requests waiting for a model (named) or a slot.
-pub struct Ticket {
+/// A place in the queue of requests waiting for a model (named) or a slot, held only while
+/// the request waits: one served at once is never counted, so a small queue bound refuses
+/// only requests that would wait.
+struct Ticket {
     sched: Arc<Scheduler>,
     model: String,
 }
@@ -131,14 +135,18 @@ impl Drop for Ticket {
 }
 
 impl Lease {
-    /// Waits for a free slot of the model; holding the permit keeps the slot.
-    pub async fn slot(&self) -> OwnedSemaphorePermit {
-        self.loaded
-            .slots
-            .clone()
+    /// A free slot of the model, waiting for one (in the queue: 503 when it is full) if none
+    /// is free; holding the permit keeps the slot.
+    pub async fn slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        let slots = self.loaded.slots.clone();
+        if let Ok(permit) = slots.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let _waiting = self.sched.enqueue(&self.name)?;
+        slots
             .acquire_owned()
             .await
-            .expect("the slot semaphore is never closed")
+            .map_err(|_| ApiError::internal("the model was unloaded"))
     }
 
     /// Hands work to the model's runner.
@@ -198,7 +206,7 @@ impl Scheduler {
     }
 
     /// Joins the queue of requests waiting for `model`, or 503 when it is full.
-    pub fn enqueue(self: &Arc<Self>, model: &str) -> Result<Ticket, ApiError> {
+    fn enqueue(self: &Arc<Self>, model: &str) -> Result<Ticket, ApiError> {
         let n = self.waiting.fetch_add(1, Ordering::Relaxed);
         *lock(&self.waiting_by_model).entry(model.to_string()).or_insert(0) += 1;
         let ticket = Ticket {
@@ -230,6 +238,7 @@ impl Scheduler {
         if let Some(l) = self.try_use(want) {
             return Ok(self.lease(l, want, t0));
         }
+        let _waiting = self.enqueue(&want.name)?;
         let _one_load = self.load_lock.lock().await;
         // A load and the setting up after it (vocabulary, context, threads) count as reading
         // weights, so other models' weights move to huge pages only slowly meanwhile: each move
@@ -284,21 +293,35 @@ impl Scheduler {
                         human_bytes(self.cfg.max_memory)
                     )));
                 }
-                // The idle model whose keep-alive ends first.
+                // The idle model whose keep-alive ends first; else the busy one with the fewest
+                // requests, to go once they end.
                 let victim = loaded
                     .values()
                     .filter(|l| l.is_idle())
                     .min_by_key(|l| lock(&l.state).expires_at.unwrap_or(SystemTime::now() + FOREVER))
-                    .cloned();
+                    .cloned()
+                    .ok_or_else(|| loaded.values().min_by_key(|l| lock(&l.state).refs).cloned());
                 (over, victim)
             };
             if over {
                 match victim {
-                    Some(v) => {
+                    Ok(v) => {
                         tracing::info!(model = %lock(&v.state).name, "unloading to make room");
                         self.unload(&v).await;
                     }
-                    None => waiter.await,
+                    Err(busy) => {
+                        // Every model is busy. The chosen one takes no new requests (they wait
+                        // behind this one), so that it drains and unloads: a steady stream of
+                        // requests for a loaded model must not starve one for another.
+                        if let Some(b) = busy {
+                            let mut st = lock(&b.state);
+                            if !st.evicting {
+                                st.evicting = true;
+                                tracing::info!(model = %st.name, "unloading to make room once its requests end");
+                            }
+                        }
+                        waiter.await
+                    }
                 }
                 continue;
             }
@@ -345,6 +368,7 @@ impl Scheduler {
     fn lease(self: &Arc<Self>, loaded: Arc<Loaded>, want: &Want, t0: Instant) -> Lease {
         Lease {
             n_ctx: self.context_for(&loaded.model, want.num_ctx).min(loaded.n_ctx),
+            name: want.name.clone(),
             loaded,
             sched: self.clone(),
             load_duration: t0.elapsed(),
@@ -369,7 +393,7 @@ impl Scheduler {
         };
         let path = want.path.clone();
         let (vocab, runner) = tokio::task::spawn_blocking(move || -> Result<_, engine::Error> {
-            let vocab = Arc::new(Vocab::from_metadata(model.metadata())?);
+            let vocab = Arc::new(model.vocab()?);
             let runner = Runner::new(model.clone(), vocab.clone(), params)?
                 .spawn("ollamars-runner")
                 .map_err(|source| engine::Error::Io {
@@ -425,7 +449,8 @@ impl Scheduler {
                         let (sched, l) = (self.clone(), l.clone());
                         rt.spawn(async move {
                             tokio::time::sleep(d).await;
-                            let expired = {
+                            // Still loaded (not evicted or replaced meanwhile) and unused since.
+                            let expired = sched.holds(&l) && {
                                 let st = lock(&l.state);
                                 st.refs == 0 && st.generation == generation
                             };
@@ -449,6 +474,11 @@ impl Scheduler {
             }
             Err(_) => sched.remove(&l).into_iter().for_each(RunnerHandle::shutdown),
         }
+    }
+
+    /// Whether `l` is the model loaded for its file (not one unloaded or replaced since).
+    fn holds(&self, l: &Arc<Loaded>) -> bool {
+        lock(&self.loaded).get(&l.path).is_some_and(|x| Arc::ptr_eq(x, l))
     }
 
     fn remove(&self, l: &Arc<Loaded>) -> Option<RunnerHandle> {

@@ -207,6 +207,73 @@ fn a_full_queue_answers_503_and_a_disconnect_frees_the_slot() {
     eprintln!("queued request served {waited:?} after it was sent");
 }
 
+/// With one model at a time, a request for `b` waits for the busy `a`; requests for `a` that
+/// come after it wait too, so `a` drains and `b` is served: a steady stream of requests for a
+/// loaded model must not starve one for another model.
+#[test]
+fn a_request_for_another_model_is_not_starved_by_later_ones() {
+    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
+    d.create_model("a", &models::tiny_llama());
+    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
+    let running = endless(&d, "a");
+    let request = |model: &'static str| {
+        let (url, client) = (d.url("/api/generate"), d.client().clone());
+        thread::spawn(move || {
+            let r = client
+                .post(url)
+                .json(&json!({"model": model, "prompt": "hi", "stream": false,
+                              "options": {"num_predict": 1}}))
+                .send()
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            Instant::now()
+        })
+    };
+    let b = request("b");
+    wait_for(60, "b to wait for a to drain", || {
+        d.log().contains("unloading to make room once its requests end")
+    });
+    let a_later = request("a");
+    // Before, the later request joined the busy `a` at once. Leave it a while to do that.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !a_later.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(running);
+    let (b_done, a_done) = (b.join().unwrap(), a_later.join().unwrap());
+    assert!(
+        b_done < a_done,
+        "the later request for a was served before the one for b"
+    );
+}
+
+/// The queue bound counts requests that wait, not ones served at once: with four slots free and
+/// room for one waiting request, bursts of four requests are all served. (Counting a request
+/// from its arrival to its slot refused about one in four of these.)
+#[test]
+fn requests_served_at_once_do_not_count_against_the_queue() {
+    let d = Daemon::builder()
+        .env("OLLAMARS_NUM_PARALLEL", "4")
+        .env("OLLAMARS_MAX_QUEUE", "1")
+        .start();
+    d.create_model("tiny", &models::tiny_llama());
+    // A long prompt: rendering and tokenizing it is the time two requests overlapped in.
+    let body = json!({"model": "tiny", "prompt": "word ".repeat(3000), "stream": false,
+                      "options": {"num_predict": 1}});
+    assert_eq!(d.post("/api/generate", &body).status(), 200);
+    for round in 0..8 {
+        let burst: Vec<_> = (0..4)
+            .map(|_| {
+                let (url, client, body) = (d.url("/api/generate"), d.client().clone(), body.clone());
+                thread::spawn(move || client.post(url).json(&body).send().unwrap().status())
+            })
+            .collect();
+        for t in burst {
+            assert_eq!(t.join().unwrap(), 200, "round {round}");
+        }
+    }
+}
+
 #[test]
 fn disconnect_during_a_long_prefill_frees_the_slot_promptly() {
     let d = Daemon::builder().env("OLLAMARS_NUM_PARALLEL", "1").start();
