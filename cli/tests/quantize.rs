@@ -119,6 +119,13 @@ fn clear_errors_for_bad_requests() {
     assert!(!run.status.success());
     assert!(!out.exists());
     assert_eq!(listing(dir.path()), ["junk.gguf"]);
+    // A directory as the output: said before any tensor is converted, nothing written.
+    let run = quantize(&[&fixture("quant/src-f32.gguf"), &dir.path(), &"q8_0"]);
+    assert!(!run.status.success());
+    let err = stderr(&run);
+    assert!(err.contains("is a directory; name the file to write"), "{err}");
+    assert!(!err.contains("[1/"), "converted tensors first: {err}");
+    assert_eq!(listing(dir.path()), ["junk.gguf"]);
 }
 
 #[test]

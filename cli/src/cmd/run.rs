@@ -41,9 +41,9 @@ pub struct Args {
     /// The answer's format: `json`, or a JSON schema (as JSON text) the answer must follow.
     #[arg(long, value_name = "FORMAT")]
     format: Option<String>,
-    /// How long the model stays loaded once idle (e.g. 30s, 5m, 1h; 0 unloads at once, a
-    /// negative value keeps it loaded).
-    #[arg(long, value_name = "DURATION")]
+    /// How long the model stays loaded once idle (e.g. 30s, 5m, 1h, or seconds; 0 unloads at
+    /// once, a negative value keeps it loaded).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     keepalive: Option<String>,
     /// Print timings after each answer: durations, token counts and rates.
     #[arg(long)]
@@ -367,9 +367,14 @@ pub fn parse_think(s: &str) -> anyhow::Result<Think> {
     }
 }
 
-/// `--keepalive` as the API takes it: a Go duration string, or -1 for "forever".
+/// `--keepalive` as the API takes it: a Go duration string or a number of seconds, or -1 for
+/// "forever".
 fn keep_alive_value(s: &str) -> anyhow::Result<Value> {
-    let ns = parse_go_duration(s.trim()).map_err(anyhow::Error::msg)?;
+    let s = s.trim();
+    if let Ok(seconds) = s.parse::<i64>() {
+        return Ok(json!(seconds.max(-1)));
+    }
+    let ns = parse_go_duration(s).map_err(anyhow::Error::msg)?;
     Ok(if ns < 0 { json!(-1) } else { json!(go_duration(ns)) })
 }
 
@@ -461,7 +466,9 @@ mod tests {
         assert_eq!(parse_think("high").unwrap(), Think::Level("high".into()));
         assert!(parse_think("very").is_err());
         assert_eq!(keep_alive_value("5m").unwrap(), json!("5m0s"));
-        assert_eq!(keep_alive_value("0").unwrap(), json!("0s"));
+        assert_eq!(keep_alive_value("0").unwrap(), json!(0));
+        assert_eq!(keep_alive_value("300").unwrap(), json!(300));
+        assert_eq!(keep_alive_value("-1").unwrap(), json!(-1));
         assert_eq!(keep_alive_value("-1m").unwrap(), json!(-1));
         assert!(keep_alive_value("forever").is_err());
         assert_eq!(parse_format("json").unwrap(), json!("json"));
@@ -470,5 +477,18 @@ mod tests {
             json!({"type":"object"})
         );
         assert!(parse_format("yaml").is_err());
+    }
+
+    /// `--keepalive -1m` takes its value as Ollama's flag parser does, not as another flag.
+    #[test]
+    fn a_negative_keepalive_is_a_value() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: Args,
+        }
+        let cli = Cli::try_parse_from(["ollamars", "m", "--keepalive", "-1m"]).unwrap();
+        assert_eq!(cli.run.keepalive.as_deref(), Some("-1m"));
     }
 }

@@ -295,6 +295,13 @@ impl GgufWriter {
     /// Writes the file to a temporary path beside `path` (synced) and returns that path; on error
     /// nothing is left behind.
     fn write_temp<'d>(&self, path: &Path, data: impl TensorData<'d>) -> Result<PathBuf> {
+        // Known before the (possibly long) write, not at the rename after it.
+        if path.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a directory; name the file to write",
+                path.display()
+            )));
+        }
         let tmp = temp_path(path);
         let result = (|| {
             let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;

@@ -178,8 +178,21 @@ impl Client {
             if let Some(b) = body {
                 rb = rb.body(b());
             }
-            let what = format!("{method} {}", url.host_str().unwrap_or("registry"));
-            let resp = rb.send().await.map_err(|e| Error::http(&what, e))?;
+            let host = url.host_str().unwrap_or("registry");
+            let what = match url.port() {
+                Some(port) => format!("{method} {host}:{port}"),
+                None => format!("{method} {host}"),
+            };
+            let resp = rb.send().await.map_err(|e| {
+                // A TLS handshake answered in plain HTTP: say what to do about it, not only
+                // rustls's "received corrupt message of type InvalidContentType".
+                let plain =
+                    url.scheme() == "https" && crate::error::with_causes(&e).contains("InvalidContentType");
+                match plain {
+                    true => Error::http(format!("{what} (it speaks plain HTTP: use --insecure)"), e),
+                    false => Error::http(&what, e),
+                }
+            })?;
             let status = resp.status();
             if status == StatusCode::UNAUTHORIZED && same_origin {
                 if authenticated {

@@ -532,7 +532,30 @@ async fn an_unreachable_registry_is_reported_with_the_cause() {
     let err = r.unwrap_err();
     assert!(matches!(err, Error::Http { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.starts_with("GET 127.0.0.1: "), "{text}");
+    assert!(text.starts_with(&format!("GET {addr}: ")), "{text}");
     assert!(text.to_lowercase().contains("connection refused"), "{text}");
+    assert_clean(&dir, &store);
+}
+
+/// A plain-HTTP registry pulled from without `insecure` (so over TLS): the error says to use
+/// `--insecure`, not only rustls's "received corrupt message of type InvalidContentType".
+#[tokio::test]
+async fn a_plain_http_registry_without_insecure_says_to_use_it() {
+    let addr = serve(Shared::default()).await;
+    let (dir, store) = common::store();
+    let name = Name::parse(&format!("{addr}/library/m")).unwrap();
+    let over_tls = PullOptions {
+        insecure: false,
+        ..opts()
+    };
+    let r = Client::new()
+        .unwrap()
+        .pull(&store, &name, &over_tls, &|_| {})
+        .await;
+    let text = r.unwrap_err().to_string();
+    assert!(
+        text.starts_with(&format!("GET {addr} (it speaks plain HTTP: use --insecure): ")),
+        "{text}"
+    );
     assert_clean(&dir, &store);
 }
