@@ -87,48 +87,71 @@ pub struct ChatCall {
     pub required_tools: Option<Vec<Tool>>,
 }
 
-/// The model, its prompt format, options and lease a generation starts from, and what the
-/// endpoint's check returned.
-struct Ready<T> {
+/// The model, its prompt format, options and lease a generation starts from.
+struct Ready {
     sm: StoreModel,
     format: Option<Arc<ChatFormat>>,
-    checked: T,
+    think: Option<Think>,
     options: Options,
     structured: Option<Value>,
     lease: Lease,
 }
 
+/// What a request needs of the model's prompt format besides `think`.
+#[derive(Clone, Copy, Default)]
+struct Needs {
+    tools: bool,
+    insert: bool,
+}
+
+/// Checks that `format` can serve the request (tools, insert and `think`) and resolves `think`.
+fn check_format(format: &ChatFormat, c: &CallCommon, needs: Needs) -> ApiResult<Option<Think>> {
+    let caps = format.capabilities();
+    let unsupported = |what: &str| ApiError::bad_request(format!("\"{}\" does not support {what}", c.model));
+    if needs.tools && !caps.tools {
+        return Err(unsupported("tools"));
+    }
+    if needs.insert && !caps.insert {
+        return Err(unsupported("insert"));
+    }
+    format
+        .resolve_think(c.think.clone())
+        .map_err(|_| unsupported("thinking"))
+}
+
 /// The start every generation shares: find the model, answer an unload (`unload_asked`: the
 /// request has nothing to generate), get the prompt format (`template`: the request's
-/// template, `None` for a raw prompt that has no format), run the endpoint's own `check`
-/// against it, refuse images, resolve the options and format, then load (or reload) the model,
+/// template; `None` for a raw prompt, which has no format) and check what the request `needs`
+/// of it, refuse images, resolve the options and format, then load (or reload) the model,
 /// waiting in the queue if need be, and answer a load-only request (`load_only`). Everything
-/// that can refuse the request runs before it waits: a refused request loads nothing and evicts nothing. `Err`
-/// holds the answer when there is nothing to generate.
-async fn prelude<T>(
+/// that can refuse the request runs before it waits: a refused request loads nothing and
+/// evicts nothing. `Err` holds the answer when there is nothing to generate.
+async fn prelude(
     st: &AppState,
     c: &CallCommon,
     chat: bool,
     unload_asked: bool,
     load_only: bool,
     template: Option<Option<&str>>,
-    check: impl FnOnce(Option<&ChatFormat>) -> ApiResult<T>,
-) -> ApiResult<Result<Ready<T>, Value>> {
+    needs: Needs,
+) -> ApiResult<Result<Ready, Value>> {
     let sm = find_model(st, &c.model).await?;
     let keep_alive = parse_keep_alive(c.keep_alive.as_ref())?;
     if unload_asked && is_unload(keep_alive) {
         st.sched.expire(&sm.want.path).await;
         return Ok(Err(load_answer(&c.model, "unload", chat)));
     }
-    let format = match template {
-        Some(t) => Some(
-            st.formats
+    let (format, think) = match template {
+        Some(t) => {
+            let format = st
+                .formats
                 .get(&sm.want.path, sm.model.template.as_deref(), t)
-                .await?,
-        ),
-        None => None,
+                .await?;
+            let think = check_format(&format, c, needs)?;
+            (Some(format), think)
+        }
+        None => (None, None),
     };
-    let checked = check(format.as_deref())?;
     check_images(&c.model, c.n_images)?;
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())
         .map_err(ApiError::bad_request)?;
@@ -143,7 +166,7 @@ async fn prelude<T>(
     Ok(Ok(Ready {
         sm,
         format,
-        checked,
+        think,
         options,
         structured,
         lease,
@@ -170,28 +193,18 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         required_tools,
     } = call;
     let empty = messages.is_empty();
-    let check = |format: Option<&ChatFormat>| {
-        let Some(format) = format else {
-            return Ok(None);
-        };
-        if !tools.is_empty() && !format.capabilities().tools {
-            return Err(ApiError::bad_request(format!(
-                "\"{}\" does not support tools",
-                c.model
-            )));
-        }
-        format
-            .resolve_think(c.think.clone())
-            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))
+    let needs = Needs {
+        tools: !tools.is_empty(),
+        insert: false,
     };
     let Ready {
         sm,
         format,
-        checked: think,
+        think,
         options,
         structured,
         lease,
-    } = match prelude(st, &c, true, empty, empty, Some(None), check).await? {
+    } = match prelude(st, &c, true, empty, empty, Some(None), needs).await? {
         Ok(ready) => ready,
         Err(answer) => return Ok(Prepared::Answer(answer)),
     };
@@ -310,39 +323,26 @@ pub struct GenerateCall {
 pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) -> ApiResult<Prepared> {
     let c = &g.common;
     let non_empty = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
-    let raw_check = || {
-        if g.raw && (non_empty(&g.template) || non_empty(&g.system) || g.context.is_some()) {
-            return Err(ApiError::bad_request(
-                "raw mode does not support template, system, or context",
-            ));
-        }
-        Ok(())
-    };
-    let check = |format: Option<&ChatFormat>| {
-        raw_check()?;
-        let Some(format) = format else {
-            return Ok(None);
-        };
-        if !g.suffix.is_empty() && !format.capabilities().insert {
-            return Err(ApiError::bad_request(format!(
-                "\"{}\" does not support insert",
-                c.model
-            )));
-        }
-        format
-            .resolve_think(c.think.clone())
-            .map_err(|_| ApiError::bad_request(format!("\"{}\" does not support thinking", c.model)))
-    };
+    // First, as Ollama checks it.
+    if g.raw && (non_empty(&g.template) || non_empty(&g.system) || g.context.is_some()) {
+        return Err(ApiError::bad_request(
+            "raw mode does not support template, system, or context",
+        ));
+    }
     let load_only = g.prompt.is_empty() && g.suffix.is_empty();
     let template = (!g.raw).then_some(g.template.as_deref());
+    let needs = Needs {
+        tools: false,
+        insert: !g.suffix.is_empty(),
+    };
     let Ready {
         sm,
         format,
-        checked: think,
+        think,
         options,
         structured,
         lease,
-    } = match prelude(st, c, false, g.prompt.is_empty(), load_only, template, check).await? {
+    } = match prelude(st, c, false, g.prompt.is_empty(), load_only, template, needs).await? {
         Ok(ready) => ready,
         Err(answer) => return Ok(Prepared::Answer(answer)),
     };
