@@ -79,6 +79,9 @@ struct LoadedState {
     generation: u64,
     /// Unload as soon as idle (evicted, replaced by a bigger context, or asked to).
     evicting: bool,
+    /// Take no new requests and unload once idle, for a request waiting for room (see
+    /// [`Draining`]); unlike `evicting`, undone if that request goes away first.
+    draining: bool,
     name: String,
     digest: String,
     details: registry::Details,
@@ -111,6 +114,19 @@ pub struct Lease {
     name: String,
     /// How long the request waited for the model to load.
     pub load_duration: Duration,
+}
+
+/// The busy model a request waiting for room has stopped from taking new requests. If the
+/// request goes away (its client left) before the model drains, the model takes requests again
+/// and stays loaded; once it has unloaded, clearing the flag changes nothing.
+struct Draining(Option<Arc<Loaded>>);
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if let Some(l) = &self.0 {
+            lock(&l.state).draining = false;
+        }
+    }
 }
 
 /// A place in the queue of requests waiting for a model (named) or a slot, held only while
@@ -245,6 +261,7 @@ impl Scheduler {
         // holds the memory-map lock that the load's allocations and page faults wait for.
         let _loading = engine::model::reading();
         let mut opened: Option<Arc<Model>> = None;
+        let mut draining = Draining(None);
         loop {
             if let Some(l) = self.try_use(want) {
                 return Ok(self.lease(l, want, t0));
@@ -315,9 +332,11 @@ impl Scheduler {
                         // requests for a loaded model must not starve one for another.
                         if let Some(b) = busy {
                             let mut st = lock(&b.state);
-                            if !st.evicting {
-                                st.evicting = true;
+                            if !st.draining {
+                                st.draining = true;
                                 tracing::info!(model = %st.name, "unloading to make room once its requests end");
+                                drop(st);
+                                draining.0 = Some(b);
                             }
                         }
                         waiter.await
@@ -346,7 +365,7 @@ impl Scheduler {
         let loaded = lock(&self.loaded);
         let l = loaded.get(&want.path)?;
         let mut st = lock(&l.state);
-        if st.evicting {
+        if st.evicting || st.draining {
             return None;
         }
         let asked = self.context_for(&l.model, want.num_ctx);
@@ -421,6 +440,7 @@ impl Scheduler {
                 expires_at: None,
                 generation: 0,
                 evicting: false,
+                draining: false,
                 name: want.name.clone(),
                 digest: want.digest.clone(),
                 details: want.details.clone(),
@@ -434,7 +454,7 @@ impl Scheduler {
         st.refs = st.refs.saturating_sub(1);
         if st.refs == 0 {
             st.generation += 1;
-            let now_unload = st.evicting || st.keep_alive.is_zero();
+            let now_unload = st.evicting || st.draining || st.keep_alive.is_zero();
             match st.keep_alive {
                 _ if now_unload => {
                     drop(st);

@@ -247,6 +247,47 @@ fn a_request_for_another_model_is_not_starved_by_later_ones() {
     );
 }
 
+/// When the request for `b` goes away (its client left) before the busy `a` drains, `a` takes
+/// requests again and stays loaded: it is not unloaded for a load nobody waits for.
+#[test]
+fn a_model_drained_for_a_request_that_left_stays_loaded() {
+    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
+    d.create_model("a", &models::tiny_llama());
+    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
+    let running = endless(&d, "a");
+    let (url, client) = (d.url("/api/generate"), d.client().clone());
+    let b = thread::spawn(move || {
+        client
+            .post(url)
+            .timeout(Duration::from_secs(3))
+            .json(&json!({"model": "b", "prompt": "hi", "stream": false}))
+            .send()
+    });
+    wait_for(60, "b to wait for a to drain", || {
+        d.log().contains("unloading to make room once its requests end")
+    });
+    assert!(b.join().unwrap().is_err(), "b was served while a was busy");
+    let metric = |d: &Daemon, series: &str| {
+        let text = d.get("/metrics").text().unwrap();
+        metric_sample(&text, series).unwrap_or(0.0)
+    };
+    wait_for(60, "b's request to leave the queue", || {
+        metric(&d, "ollamars_queue_depth{model=\"b:latest\"}") == 0.0
+    });
+    drop(running);
+    wait_for(60, "a's stream to end", || {
+        metric(&d, "ollamars_slots_busy{model=\"a:latest\"}") == 0.0
+    });
+    generate(&d, "a", json!({}));
+    assert_eq!(
+        metric(&d, "ollamars_model_loads_total{model=\"a:latest\"}"),
+        1.0,
+        "a was unloaded and loaded again:\n{}",
+        d.log()
+    );
+    assert_eq!(ps_names(&d), ["a:latest"]);
+}
+
 /// The queue bound counts requests that wait, not ones served at once: with four slots free and
 /// room for one waiting request, bursts of four requests are all served. (Counting a request
 /// from its arrival to its slot refused about one in four of these.)
