@@ -7,12 +7,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use engine::gguf::GgufFile;
 use engine::template::{ChatFormat, ModelTemplates};
 
 use crate::error::{ApiError, ApiResult};
+use crate::util::lock;
 
 /// Entries kept per cache before it starts over (a daemon serves a handful of models; requests
 /// with their own `template` add one each).
@@ -25,10 +26,6 @@ type Key = (PathBuf, Option<String>, Option<String>);
 pub struct Formats {
     files: Mutex<HashMap<PathBuf, ModelTemplates>>,
     compiled: Mutex<HashMap<Key, Arc<ChatFormat>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn insert<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, V>>, k: K, v: V) {

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use engine::generate::runner::Summary;
 
 use crate::server::AppState;
+use crate::util::lock;
 
 /// A Prometheus histogram with fixed buckets.
 pub struct Histogram {
@@ -140,10 +141,6 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
 
 fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 tokio::task_local! {

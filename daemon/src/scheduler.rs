@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use engine::generate::runner::{Command, Runner, RunnerHandle, RunnerParams};
@@ -26,6 +26,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 use crate::keep_alive::KeepAlive;
+use crate::util::lock;
 
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
@@ -85,10 +86,6 @@ struct LoadedState {
     name: String,
     digest: String,
     details: registry::Details,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Loaded {

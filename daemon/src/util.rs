@@ -1,6 +1,7 @@
-//! Small helpers of the wire formats: timestamps and ids.
+//! Small helpers: timestamps and ids of the wire formats, and a lock that outlives a panic.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// RFC 3339 with nanoseconds in UTC, as Go's `time.Time` marshals (`2024-05-01T10:00:00.123456789Z`).
@@ -73,6 +74,12 @@ pub fn tool_call_id() -> String {
         r /= 36;
     }
     s
+}
+
+/// Locks `m`, taking the data even if a thread panicked holding it: the daemon's shared state
+/// stays usable (each holder leaves it consistent between statements).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
