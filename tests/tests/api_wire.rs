@@ -494,6 +494,20 @@ fn chat_longer_than_num_ctx_drops_its_oldest_messages_and_says_so() {
     assert_eq!(r.status(), 400);
 }
 
+/// An OpenAI stream's events: served as SSE, ended by `[DONE]`, each before it a JSON object.
+fn openai_stream(r: reqwest::blocking::Response) -> Vec<Value> {
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let data = sse_data(r);
+    assert_eq!(data.last().unwrap(), "[DONE]", "{data:?}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect()
+}
+
 #[test]
 fn openai_endpoints_and_sse() {
     let d = tiny_daemon();
@@ -513,16 +527,7 @@ fn openai_endpoints_and_sse() {
     stream["stream_options"] = json!({"include_usage": true});
     let r = d.post("/v1/chat/completions", &stream);
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/event-stream"));
-    let data = sse_data(r);
-    assert_eq!(data.last().unwrap(), "[DONE]", "{data:?}");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|s| serde_json::from_str(s).unwrap())
-        .collect();
+    let chunks = openai_stream(r);
     let mut text = String::new();
     for c in &chunks {
         assert_eq!(c["object"], "chat.completion.chunk", "{c}");
@@ -558,14 +563,8 @@ fn openai_endpoints_and_sse() {
         assert_eq!(comp["usage"]["completion_tokens"], 0, "{comp}");
         let mut stream = body.clone();
         stream["stream"] = json!(true);
-        let r = d.post("/v1/completions", &stream);
-        assert!(r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream"));
-        let data = sse_data(r);
-        assert_eq!(data.last().unwrap(), "[DONE]", "{data:?}");
-        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        let chunks = openai_stream(d.post("/v1/completions", &stream));
+        let last = chunks.last().unwrap();
         assert_eq!(last["object"], "text_completion", "{last}");
         assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
     }

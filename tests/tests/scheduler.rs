@@ -32,10 +32,15 @@ fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A series of `/metrics` (0 when absent, as gauges of nothing are left out).
+fn metric(d: &Daemon, series: &str) -> f64 {
+    let text = d.get("/metrics").text().unwrap();
+    metric_sample(&text, series).unwrap_or(0.0)
+}
+
 /// Requests the daemon counts as waiting for model `tiny` or a slot.
 fn queue_depth(d: &Daemon) -> f64 {
-    let text = d.get("/metrics").text().unwrap();
-    metric_sample(&text, "ollamars_queue_depth{model=\"tiny:latest\"}").unwrap_or(0.0)
+    metric(d, "ollamars_queue_depth{model=\"tiny:latest\"}")
 }
 
 fn generate(d: &Daemon, model: &str, extra: Value) -> Value {
@@ -207,15 +212,28 @@ fn a_full_queue_answers_503_and_a_disconnect_frees_the_slot() {
     eprintln!("queued request served {waited:?} after it was sent");
 }
 
+/// A daemon with room for one model and two of them, `a` busy with an endless stream.
+fn one_model_busy() -> (Daemon, BufReader<reqwest::blocking::Response>) {
+    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
+    d.create_model("a", &models::tiny_llama());
+    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
+    let running = endless(&d, "a");
+    (d, running)
+}
+
+/// Waits until a request for `b` has stopped the busy `a` from taking new requests.
+fn wait_for_a_to_drain(d: &Daemon) {
+    wait_for(60, "b to wait for a to drain", || {
+        d.log().contains("unloading to make room once its requests end")
+    });
+}
+
 /// With one model at a time, a request for `b` waits for the busy `a`; requests for `a` that
 /// come after it wait too, so `a` drains and `b` is served: a steady stream of requests for a
 /// loaded model must not starve one for another model.
 #[test]
 fn a_request_for_another_model_is_not_starved_by_later_ones() {
-    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
-    d.create_model("a", &models::tiny_llama());
-    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
-    let running = endless(&d, "a");
+    let (d, running) = one_model_busy();
     let request = |model: &'static str| {
         let (url, client) = (d.url("/api/generate"), d.client().clone());
         thread::spawn(move || {
@@ -230,9 +248,7 @@ fn a_request_for_another_model_is_not_starved_by_later_ones() {
         })
     };
     let b = request("b");
-    wait_for(60, "b to wait for a to drain", || {
-        d.log().contains("unloading to make room once its requests end")
-    });
+    wait_for_a_to_drain(&d);
     let a_later = request("a");
     // Before, the later request joined the busy `a` at once. Leave it a while to do that.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -251,10 +267,7 @@ fn a_request_for_another_model_is_not_starved_by_later_ones() {
 /// requests again and stays loaded: it is not unloaded for a load nobody waits for.
 #[test]
 fn a_model_drained_for_a_request_that_left_stays_loaded() {
-    let d = Daemon::builder().env("OLLAMARS_MAX_LOADED_MODELS", "1").start();
-    d.create_model("a", &models::tiny_llama());
-    d.create_model("b", &models::tiny("tiny-llama-spm-e64-q4_0.gguf"));
-    let running = endless(&d, "a");
+    let (d, running) = one_model_busy();
     let (url, client) = (d.url("/api/generate"), d.client().clone());
     let b = thread::spawn(move || {
         client
@@ -263,14 +276,8 @@ fn a_model_drained_for_a_request_that_left_stays_loaded() {
             .json(&json!({"model": "b", "prompt": "hi", "stream": false}))
             .send()
     });
-    wait_for(60, "b to wait for a to drain", || {
-        d.log().contains("unloading to make room once its requests end")
-    });
+    wait_for_a_to_drain(&d);
     assert!(b.join().unwrap().is_err(), "b was served while a was busy");
-    let metric = |d: &Daemon, series: &str| {
-        let text = d.get("/metrics").text().unwrap();
-        metric_sample(&text, series).unwrap_or(0.0)
-    };
     wait_for(60, "b's request to leave the queue", || {
         metric(&d, "ollamars_queue_depth{model=\"b:latest\"}") == 0.0
     });
