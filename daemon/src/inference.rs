@@ -102,7 +102,8 @@ pub struct Truncation {
     pub original_tokens: usize,
     /// Oldest messages left out (chat).
     pub dropped_messages: usize,
-    /// Tokens cut from the prompt after its first `num_keep`.
+    /// Tokens of `original_tokens` not sent: those of the dropped messages and those cut
+    /// after the first `num_keep`.
     pub dropped_tokens: usize,
 }
 
@@ -249,14 +250,15 @@ pub fn fit_tokens(
     if dropped_messages > 0 && !truncate {
         unreachable!("messages are only dropped when truncating");
     }
-    let dropped_tokens = truncate_prompt(tokens, n_ctx, num_keep);
-    if dropped_tokens == 0 && dropped_messages == 0 {
+    let cut = truncate_prompt(tokens, n_ctx, num_keep);
+    if cut == 0 && dropped_messages == 0 {
         return Ok(None);
     }
+    // Counted from the whole conversation, so that the dropped messages' tokens count too.
     Ok(Some(Truncation {
         original_tokens: original,
         dropped_messages,
-        dropped_tokens,
+        dropped_tokens: original.saturating_sub(tokens.len()),
     }))
 }
 

@@ -466,9 +466,10 @@ fn chat_longer_than_num_ctx_drops_its_oldest_messages_and_says_so() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-ollamars-truncated"], "true");
     let header = |name: &str| -> u64 { r.headers()[name].to_str().unwrap().parse().unwrap() };
-    let (original, dropped) = (
+    let (original, dropped, dropped_tokens) = (
         header("x-ollamars-prompt-tokens"),
         header("x-ollamars-dropped-messages"),
+        header("x-ollamars-dropped-tokens"),
     );
     let v = r.json::<Value>().unwrap();
     assert_eq!(v["truncated"], true, "{v}");
@@ -478,6 +479,10 @@ fn chat_longer_than_num_ctx_drops_its_oldest_messages_and_says_so() {
     assert_eq!(v["messages_dropped"], dropped, "{v}");
     assert!(dropped >= 1, "{v}");
     assert!(v["prompt_eval_count"].as_u64().unwrap() <= 64, "{v}");
+    // What was dropped is the difference, the dropped messages' tokens included.
+    let sent = v["prompt_eval_count"].as_u64().unwrap();
+    assert_eq!(v["prompt_tokens_dropped"], original - sent, "{v}");
+    assert_eq!(dropped_tokens, original - sent);
 
     // The system message stays, the oldest turn goes.
     chat["_debug_render_only"] = json!(true);
