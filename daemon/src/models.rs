@@ -220,7 +220,7 @@ pub async fn delete(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
             let n2 = name.clone();
             if let Ok(m) = blocking(move || registry::Model::load(&store, &n2)).await {
                 if let Some(p) = m.model_path {
-                    st.sched.expire(&p).await;
+                    st.sched.evict(&p).await;
                 }
             }
             let store = st.store.clone();

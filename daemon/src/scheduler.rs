@@ -520,15 +520,26 @@ impl Scheduler {
         self.changed.notify_waiters();
     }
 
-    /// `keep_alive: 0` with an empty prompt: unload the model now if idle, else when its
-    /// requests end.
+    /// `keep_alive: 0` with an empty prompt (Ollama's `expireRunner`): the model's keep-alive
+    /// becomes zero, so it unloads now if idle, else when its requests end. Requests that come
+    /// meanwhile are served by it, and one that brings its own keep-alive keeps it loaded:
+    /// the last request's keep-alive wins, as for any request.
     pub async fn expire(&self, path: &Path) {
+        self.unload_when_idle(path, false).await
+    }
+
+    /// A deleted model: unloaded now if idle, else when its requests end, taking no new ones.
+    pub async fn evict(&self, path: &Path) {
+        self.unload_when_idle(path, true).await
+    }
+
+    async fn unload_when_idle(&self, path: &Path, evict: bool) {
         let l = lock(&self.loaded).get(path).cloned();
         if let Some(l) = l {
             let idle = {
                 let mut st = lock(&l.state);
                 st.keep_alive = KeepAlive::For(Duration::ZERO);
-                st.evicting = true;
+                st.evicting |= evict;
                 st.refs == 0
             };
             if idle {

@@ -306,6 +306,49 @@ fn a_model_drained_for_a_request_that_left_stays_loaded() {
     assert_eq!(ps_names(&d), ["a:latest"]);
 }
 
+/// `keep_alive: 0` with an empty prompt on a busy model (`ollamars stop`) unloads it once its
+/// requests end; requests that come meanwhile are served by it at once, as Ollama's do, and one
+/// with its own keep-alive keeps it loaded. (They used to wait for the busy one and reload it.)
+#[test]
+fn an_unload_of_a_busy_model_lets_later_requests_join() {
+    let d = Daemon::builder().env("OLLAMARS_NUM_PARALLEL", "2").start();
+    d.create_model("a", &models::tiny_llama());
+    let loads = |d: &Daemon| metric(d, "ollamars_model_loads_total{model=\"a:latest\"}");
+    let join_while_busy = |keep_alive: Value| {
+        let running = endless(&d, "a");
+        let r = d.post_ok("/api/generate", &json!({"model": "a", "keep_alive": 0}));
+        assert_eq!(r["done_reason"], "unload", "{r}");
+        let mut body = json!({"model": "a", "prompt": "hi", "stream": false,
+                              "options": {"num_predict": 1}});
+        if !keep_alive.is_null() {
+            body["keep_alive"] = keep_alive;
+        }
+        let r = d
+            .client()
+            .post(d.url("/api/generate"))
+            .timeout(Duration::from_secs(30))
+            .json(&body)
+            .send();
+        assert!(
+            matches!(&r, Ok(r) if r.status() == 200),
+            "a request after the unload waited for the busy model: {r:?}\n{}",
+            d.log()
+        );
+        drop(running);
+        wait_for(60, "a's stream to end", || {
+            metric(&d, "ollamars_slots_busy{model=\"a:latest\"}") == 0.0
+        });
+    };
+    join_while_busy(Value::Null);
+    assert_eq!(loads(&d), 1.0, "a was reloaded:\n{}", d.log());
+    wait_for(20, "a to unload once idle", || ps(&d).is_empty());
+
+    join_while_busy(json!("10m"));
+    assert_eq!(loads(&d), 2.0, "{}", d.log());
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(ps_names(&d), ["a:latest"], "{}", d.log());
+}
+
 /// The queue bound counts requests that wait, not ones served at once: with four slots free and
 /// room for one waiting request, bursts of four requests are all served. (Counting a request
 /// from its arrival to its slot refused about one in four of these.)
