@@ -341,6 +341,60 @@ fn think_splits_thinking_from_content_with_a_thinking_template() {
     assert!(e.text().unwrap().contains("does not support thinking"));
 }
 
+/// A format constrains a thinking model's reply, not its thinking (as Ollama, which lets the
+/// model think before it applies the format): the thinking is what it is without the format
+/// and the reply follows the schema. The grammar used to start at the first token, inside the
+/// thinking: the JSON came out as thinking and the reply was empty.
+#[test]
+fn a_format_constrains_the_reply_after_the_thinking() {
+    let d = tiny_daemon();
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+    let ask = |model: &str, template: &str, format: Option<&Value>| {
+        let mut body = json!({"model": model, "prompt": "Why is the sky blue?", "think": true,
+            "stream": false, "template": template, "options": greedy(40)});
+        if let Some(f) = format {
+            body["format"] = f.clone();
+        }
+        d.post_ok("/api/generate", &body)
+    };
+    // Two templates: one opens the thinking in the prompt, in the other the model writes the
+    // opening tag itself (a grammar must then let that token through).
+    let writes_open = THINKING_TEMPLATE.replace("{{ if .Think }}<think>\n{{ end }}", "");
+    for (name, template) in [("opened", THINKING_TEMPLATE), ("writes", writes_open.as_str())] {
+        // A token the model writes early becomes the closing tag; with the second template
+        // its first token becomes the opening one.
+        let all = ask("tiny", template, None);
+        let (prompt, gen) = split_context(&all);
+        let fresh = fresh_positions(&prompt, &gen);
+        let close = *fresh
+            .iter()
+            .find(|&&i| (3..12).contains(&i))
+            .expect("a fresh token early in the reply");
+        let mut renamed = vec![(gen[close], "</think>", NORMAL)];
+        if name == "writes" {
+            assert_eq!(fresh[0], 0, "the first token is in the prompt");
+            renamed.push((gen[0], "<think>", USER_DEFINED));
+        }
+        let file = d.temp_dir().join(format!("{name}.gguf"));
+        retoken(&models::tiny_llama(), &file, &renamed);
+        d.create_model(name, &file);
+        let free = ask(name, template, None);
+        let thinking = free["thinking"].as_str().unwrap();
+        assert!(!thinking.trim().is_empty(), "{name}: {free}");
+        for format in [json!("json"), schema.clone()] {
+            let r = ask(name, template, Some(&format));
+            assert_eq!(r["thinking"].as_str(), Some(thinking), "{name} {format}: {r}");
+            let reply = r["response"].as_str().unwrap();
+            let v: Value =
+                serde_json::from_str(reply).unwrap_or_else(|e| panic!("{name} {format}: {e}: {r}"));
+            assert!(v.is_object(), "{r}");
+            if format == schema {
+                assert!(v["ok"].is_boolean(), "{r}");
+            }
+        }
+    }
+}
+
 #[test]
 fn images_on_a_text_only_model_are_a_clear_400() {
     let d = tiny_daemon();

@@ -10,7 +10,7 @@ pub mod thinking;
 pub mod tools;
 
 pub use reply::{ReplyDelta, ReplyParser};
-pub use thinking::ThinkingParser;
+pub use thinking::{Phase, ThinkingParser};
 pub use tools::{ToolCallFormat, ToolCallParser};
 
 use serde_json::{Map, Value};

@@ -4,7 +4,7 @@
 //! parser sees only the reply's content. Build one per request with
 //! [`crate::template::ChatFormat::reply_parser`].
 
-use super::thinking::ThinkingParser;
+use super::thinking::{Phase, ThinkingParser};
 use super::tools::ToolCallParser;
 use super::ToolCall;
 
@@ -29,6 +29,8 @@ pub struct ReplyParser {
     /// reasoning is parsed out of the content and dropped.
     emit_thinking: bool,
     tools: Option<ToolCallParser>,
+    /// The reply text of the last [`push`](Self::push), before tool calls were parsed out of it.
+    last_content: String,
 }
 
 impl ReplyParser {
@@ -41,6 +43,7 @@ impl ReplyParser {
             thinking,
             emit_thinking,
             tools,
+            last_content: String::new(),
         }
     }
 
@@ -57,7 +60,28 @@ impl ReplyParser {
             }
             None => (String::new(), text.to_string()),
         };
-        self.content(thinking, &content, false)
+        let d = self.content(thinking, &content, false);
+        self.last_content = content;
+        d
+    }
+
+    /// Where the reply is; a reply without a thinking parser is all content.
+    pub fn phase(&self) -> Phase {
+        self.thinking.as_ref().map_or(Phase::Content, |t| t.phase())
+    }
+
+    /// The tag that opens the thinking, if the reply is parsed for it.
+    pub fn thinking_open_tag(&self) -> Option<&str> {
+        self.thinking
+            .as_ref()
+            .map(|t| t.open_tag())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The reply text (not thinking) the last [`push`](Self::push) passed on, tool calls and
+    /// held-back text included.
+    pub fn last_content(&self) -> &str {
+        &self.last_content
     }
 
     /// End of output: releases anything held back.

@@ -29,6 +29,15 @@ pub struct ThinkingParser {
     acc: String,
 }
 
+/// Where a reply is, for what constrains only its content (a grammar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing but whitespace yet: the opening tag may still come.
+    BeforeThinking,
+    Thinking,
+    Content,
+}
+
 /// One piece of output, split.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThinkingSplit {
@@ -59,6 +68,21 @@ impl ThinkingParser {
     /// Whether the parser is (still) inside the thinking.
     pub fn in_thinking(&self) -> bool {
         matches!(self.state, State::ThinkingStarted | State::Thinking)
+    }
+
+    /// Where the reply is: before it is known whether it thinks, inside the thinking, or past
+    /// it (reply text, whitespace after the closing tag included).
+    pub fn phase(&self) -> Phase {
+        match self.state {
+            State::LookingForOpening => Phase::BeforeThinking,
+            State::ThinkingStarted | State::Thinking => Phase::Thinking,
+            State::ThinkingDone | State::Content => Phase::Content,
+        }
+    }
+
+    /// The tag that opens the thinking.
+    pub fn open_tag(&self) -> &str {
+        &self.open
     }
 
     pub fn push(&mut self, text: &str) -> ThinkingSplit {

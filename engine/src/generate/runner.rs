@@ -30,11 +30,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
-use crate::chat::{ReplyDelta, ReplyParser};
+use crate::chat::{Phase, ReplyDelta, ReplyParser};
 use crate::context::{Context, ContextParams};
 use crate::kv::{KvType, Pos, SeqId};
 use crate::model::Model;
-use crate::sample::{token_logprobs, Sampler};
+use crate::sample::{token_logprobs, GrammarGate, Sampler};
 use crate::stop::{DoneReason, PredictLimit, StopMatcher, StopStep};
 use crate::tokenizer::Vocab;
 use crate::{Error, Result, TokenId};
@@ -207,6 +207,23 @@ pub fn truncate_prompt(tokens: &mut Vec<TokenId>, n_ctx: usize, n_keep: usize) -
     erased
 }
 
+/// A grammar (structured output, required tool calls) constrains the reply's content, not a
+/// model's thinking, as Ollama lets a thinking model think before it applies the format: paused
+/// inside the thinking; before the reply starts, the grammar's tokens or the opening tag. True
+/// when the next token is free.
+fn gate_grammar(a: &mut Active) -> bool {
+    if a.req.sampler.grammar().is_none() {
+        return false;
+    }
+    let gate = match a.req.parser.phase() {
+        Phase::Thinking => GrammarGate::Paused,
+        Phase::BeforeThinking => a.opener.map_or(GrammarGate::On, GrammarGate::OnOrExempt),
+        Phase::Content => GrammarGate::On,
+    };
+    a.req.sampler.gate_grammar(gate);
+    gate == GrammarGate::Paused
+}
+
 /// A handle to a runner thread.
 pub struct RunnerHandle {
     tx: Sender<Command>,
@@ -275,6 +292,9 @@ struct Active {
     started: Instant,
     first_token: Option<Instant>,
     shifts: usize,
+    /// The one token of a thinking model's opening tag, allowed besides a grammar before the
+    /// reply starts (see [`gate_grammar`]).
+    opener: Option<TokenId>,
 }
 
 pub struct Runner {
@@ -497,7 +517,17 @@ impl Runner {
             self.clock += 1;
             slot.last_used = self.clock;
             req.sampler.accept_prompt(&req.prompt);
+            let opener = match req.parser.thinking_open_tag() {
+                Some(tag) if req.sampler.grammar().is_some() => {
+                    match self.vocab.tokenize(tag, false, true)[..] {
+                        [t] => Some(t),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
             slot.busy = Some(Active {
+                opener,
                 next_prompt: keep,
                 cached: keep,
                 pending: None,
@@ -613,6 +643,7 @@ impl Runner {
             self.finish(i, DoneReason::Length);
             return;
         }
+        let paused = gate_grammar(a);
         let picked = a.req.sampler.sample(logits).and_then(|t| {
             a.req.sampler.accept(t)?;
             Ok(t)
@@ -666,6 +697,14 @@ impl Runner {
             StopStep::Stop(t) => (t, true),
         };
         let delta = a.req.parser.push(&text);
+        if paused && a.req.parser.phase() == Phase::Content {
+            // The thinking ended in this token: the grammar starts at the reply's first byte.
+            let reply = a.req.parser.last_content().to_string();
+            if let Err(e) = a.req.sampler.grammar_accept_text(&reply) {
+                self.fail(i, e);
+                return;
+            }
+        }
         if (!delta.is_empty() || !logprobs.is_empty()) && !(a.req.sink)(Event::Output { delta, logprobs }) {
             a.req.cancel.cancel();
         }

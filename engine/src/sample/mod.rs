@@ -20,7 +20,7 @@ pub mod steps;
 
 pub use logprobs::{log_sum_exp, token_logprobs, TokenLogprobs, MAX_TOP_LOGPROBS};
 pub use options::SamplingOptions;
-pub use sampler::Sampler;
+pub use sampler::{GrammarGate, Sampler};
 
 #[cfg(test)]
 mod tests;

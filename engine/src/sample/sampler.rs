@@ -28,6 +28,19 @@ struct Constraint {
     matcher: Matcher,
     mask: TokenMask,
     ranked: Vec<Candidate>,
+    gate: GrammarGate,
+}
+
+/// Whether the grammar constrains the next token. A grammar constrains a reply's content: while
+/// a model thinks it waits (see the runner, which sets the gate from the reply's phase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrammarGate {
+    On,
+    /// The next token is free and does not move the grammar.
+    Paused,
+    /// The grammar's tokens, or this one (a thinking model's opening tag), which does not move
+    /// the grammar.
+    OnOrExempt(TokenId),
 }
 
 impl Sampler {
@@ -71,8 +84,25 @@ impl Sampler {
             mask: TokenMask::new(self.n_vocab),
             matcher,
             ranked: Vec::new(),
+            gate: GrammarGate::On,
         });
         Ok(self)
+    }
+
+    /// Sets how the grammar (if any) applies to the next token.
+    pub fn gate_grammar(&mut self, gate: GrammarGate) {
+        if let Some(c) = &mut self.grammar {
+            c.gate = gate;
+        }
+    }
+
+    /// Moves the grammar (if any) past `text` that was generated while it was paused: the part
+    /// of the token that ended a model's thinking after its closing tag.
+    pub fn grammar_accept_text(&mut self, text: &str) -> Result<()> {
+        if let Some(c) = &mut self.grammar {
+            c.matcher.accept_bytes(text.as_bytes())?;
+        }
+        Ok(())
     }
 
     /// The grammar's matcher, if the output is constrained.
@@ -101,7 +131,14 @@ impl Sampler {
     pub fn accept(&mut self, token: TokenId) -> Result<()> {
         self.check_token(token)?;
         if let Some(c) = &mut self.grammar {
-            c.matcher.accept(token)?;
+            let exempt = match c.gate {
+                GrammarGate::On => false,
+                GrammarGate::Paused => true,
+                GrammarGate::OnOrExempt(t) => t == token,
+            };
+            if !exempt {
+                c.matcher.accept(token)?;
+            }
         }
         self.penalties.accept(token);
         Ok(())
@@ -137,7 +174,11 @@ impl Sampler {
             logits
         };
         let picked = match &mut self.grammar {
-            None => run_chain(
+            None
+            | Some(Constraint {
+                gate: GrammarGate::Paused,
+                ..
+            }) => run_chain(
                 &self.opts,
                 logits,
                 &mut self.cands,
@@ -146,6 +187,9 @@ impl Sampler {
             ),
             Some(c) => {
                 constrained_candidates(&self.opts, logits, c, &mut self.cands);
+                if let GrammarGate::OnOrExempt(t) = c.gate {
+                    add_candidate(&self.opts, logits, t, &mut self.cands);
+                }
                 if self.cands.data.is_empty() {
                     let why = if c.matcher.too_ambiguous() {
                         format!(
@@ -218,6 +262,25 @@ fn constrained_candidates(opts: &SamplingOptions, logits: &[f32], c: &mut Constr
     c.matcher.fill_mask(&mut c.mask);
     allowed_candidates(logits, &c.mask, &mut out.data);
     out.sorted = false;
+}
+
+/// Adds token `t` to the candidates a grammar allowed, keeping them the best `k` when the chain
+/// can only pick among those.
+fn add_candidate(opts: &SamplingOptions, logits: &[f32], t: TokenId, out: &mut Candidates) {
+    let Some(&logit) = logits.get(t as usize) else {
+        return;
+    };
+    if out.data.iter().any(|c| c.id == t) {
+        return;
+    }
+    out.data.push(Candidate { id: t, logit, p: 0.0 });
+    match candidate_limit(opts) {
+        Some(k) => {
+            steps::keep_top_sorted(&mut out.data, k);
+            out.sorted = true;
+        }
+        None => out.sorted = false,
+    }
 }
 
 fn allowed_candidates(logits: &[f32], mask: &TokenMask, out: &mut Vec<Candidate>) {

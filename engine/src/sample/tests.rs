@@ -704,4 +704,43 @@ mod constrained {
             .with_grammar(m)
             .is_err());
     }
+
+    /// The gate a runner sets while a model thinks: paused, the best token is picked and the
+    /// grammar does not move; `OnOrExempt` adds one token to the grammar's (without moving it);
+    /// text generated while paused moves it at once.
+    #[test]
+    fn a_gated_grammar_waits_and_lets_one_token_through() {
+        use super::super::GrammarGate;
+        let vocab = vocab();
+        let n = vocab.n_tokens();
+        let g = Grammar::parse(GRAMMAR).unwrap();
+        let greedy = SamplingOptions {
+            temperature: 0.0,
+            ..SamplingOptions::default()
+        };
+        let mut logits = vec![0.0f32; n];
+        logits[b'x' as usize] = 5.0;
+        logits[b'{' as usize] = 1.0;
+        for (gate, picked) in [
+            (GrammarGate::On, b'{'),
+            (GrammarGate::Paused, b'x'),
+            (GrammarGate::OnOrExempt(b'x' as TokenId), b'x'),
+            (GrammarGate::OnOrExempt(b'y' as TokenId), b'{'),
+        ] {
+            let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+            let mut s = Sampler::new(&greedy, n, 64).unwrap().with_grammar(m).unwrap();
+            s.gate_grammar(gate);
+            let t = s.sample(&logits).unwrap();
+            assert_eq!(t, picked as TokenId, "{gate:?}");
+            s.accept(t).unwrap();
+            // The grammar is still at its start unless it took the token.
+            s.gate_grammar(GrammarGate::On);
+            let moved = picked == b'{';
+            assert_eq!(s.accept(b'{' as TokenId).is_ok(), !moved, "{gate:?}");
+        }
+        let m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+        let mut s = Sampler::new(&greedy, n, 64).unwrap().with_grammar(m).unwrap();
+        s.grammar_accept_text("{\"ab").unwrap();
+        assert!(s.grammar_accept_text("{").is_err());
+    }
 }
