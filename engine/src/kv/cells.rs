@@ -1,9 +1,16 @@
 //! The bookkeeping of a pool of KV cells: which position each cell holds and for which sequences.
 //!
 //! A cell is one token slot. It may belong to several sequences at once (after `seq_cp`, a shared
-//! prompt prefix is stored once). A pool with a sliding window (`n_swa`) lets a cell be reused
-//! once its token has left the window of its (single) sequence, so such a pool needs only about
-//! `n_swa` cells per sequence plus one batch, whatever the context length.
+//! prompt prefix is stored once). A pool with a sliding window (`n_swa`) frees a sequence's cells
+//! once their tokens have left its window, so such a pool needs only about `n_swa` cells per
+//! sequence plus one batch, whatever the context length.
+//!
+//! New tokens take the cells after the last one in use; when too few are left, the cells in use
+//! are first moved to the front, in order ([`Cells::make_room`]; the cache moves their keys and
+//! values). So each sequence's cells are always in the order of its positions: attention adds a
+//! query's cells up in cell order, and a reply must not depend on where a reused pool happened
+//! to wrap (with cells reused in place, Gemma 3's answers past its 512-token window changed with
+//! the batch size).
 
 use crate::{Error, Result};
 
@@ -22,8 +29,6 @@ pub struct Cells {
     seqs: Vec<u64>,
     /// Sliding window: a query at position `p` sees keys at `p0` only if `p - p0 < n_swa`.
     n_swa: Option<u32>,
-    /// Where the search for free cells starts (the cell after the last one handed out).
-    head: usize,
     used: usize,
 }
 
@@ -40,7 +45,6 @@ impl Cells {
             pos,
             seqs,
             n_swa,
-            head: 0,
             used: 0,
         })
     }
@@ -98,53 +102,74 @@ impl Cells {
             .is_some_and(|w| i64::from(p1) - i64::from(p0) >= i64::from(w))
     }
 
-    /// Takes one cell for each `(seq, pos)` token, in order, and records them. In a windowed pool,
-    /// cells whose token has left its sequence's window are reused (as llama.cpp's SWA cache does);
-    /// positions older than a reused one are then dropped too, so that each sequence always holds
-    /// a contiguous range of positions.
-    pub fn allocate(&mut self, tokens: &[(SeqId, Pos)]) -> Result<Vec<u32>> {
-        let mut next_pos = [0 as Pos; MAX_SEQ as usize];
-        if self.n_swa.is_some() {
-            for (s, p) in next_pos.iter_mut().enumerate() {
-                *p = self.seq_pos_max(s as SeqId).map_or(0, |m| m + 1);
+    /// One past the last cell in use: new tokens take the cells from here on.
+    fn end(&self) -> usize {
+        self.seqs.iter().rposition(|&s| s != 0).map_or(0, |c| c + 1)
+    }
+
+    /// Makes room after the last cell in use for `tokens` (the next batch), if there is not
+    /// enough: frees, for each sequence, the cells that have left the window of its next
+    /// position (and so of every later one), then moves the cells in use to the front, keeping
+    /// their order. Returns the moves `(from, to)`, in the order to make them (each `to < from`):
+    /// the caller moves the cells' keys and values likewise.
+    pub fn make_room(&mut self, tokens: &[(SeqId, Pos)]) -> Vec<(u32, u32)> {
+        if self.size() - self.end() >= tokens.len() {
+            return Vec::new();
+        }
+        if let Some(w) = self.n_swa {
+            let mut next = [EMPTY; MAX_SEQ as usize];
+            for c in 0..self.size() {
+                let mut seqs = self.seqs[c];
+                while seqs != 0 {
+                    let s = seqs.trailing_zeros() as usize;
+                    next[s] = next[s].max(self.pos[c].saturating_add(1));
+                    seqs &= seqs - 1;
+                }
+            }
+            for (s, &next) in next.iter().enumerate() {
+                // Positions up to `next - w` are outside the window of `next` and later ones.
+                let cut = i64::from(next) - i64::from(w) + 1;
+                if next != EMPTY && cut > 0 {
+                    self.seq_rm(Some(s as SeqId), 0, cut as Pos);
+                }
             }
         }
-        let mut dropped_upto = [EMPTY; MAX_SEQ as usize];
-        let mut out = Vec::with_capacity(tokens.len());
-        let size = self.size();
-        for &(seq, pos) in tokens {
-            let found = (0..size).map(|i| (self.head + i) % size).find(|&c| {
-                if self.seqs[c] == 0 {
-                    return true;
-                }
-                let s = self.seqs[c];
-                s.count_ones() == 1 && self.out_of_window(self.pos[c], next_pos[s.trailing_zeros() as usize])
-            });
-            let Some(c) = found else {
-                // Undo this call's allocations so that a failed decode leaves no trace.
-                for &c in &out {
-                    self.free(c as usize);
-                }
-                return Err(Error::KvCacheFull(format!(
-                    "no free cell for sequence {seq} at position {pos} ({} cells, {} in use)",
-                    size, self.used
-                )));
-            };
-            if self.seqs[c] != 0 {
-                let s = self.seqs[c].trailing_zeros() as usize;
-                dropped_upto[s] = dropped_upto[s].max(self.pos[c]);
-                self.free(c);
+        let mut moves = Vec::new();
+        let mut to = 0;
+        for from in 0..self.size() {
+            if self.seqs[from] == 0 {
+                continue;
             }
+            if from != to {
+                self.pos[to] = self.pos[from];
+                self.seqs[to] = self.seqs[from];
+                self.pos[from] = EMPTY;
+                self.seqs[from] = 0;
+                moves.push((from as u32, to as u32));
+            }
+            to += 1;
+        }
+        moves
+    }
+
+    /// Takes one cell for each `(seq, pos)` token, in order, after the last cell in use, and
+    /// records them ([`make_room`](Self::make_room) first). Nothing is taken if they do not fit.
+    pub fn allocate(&mut self, tokens: &[(SeqId, Pos)]) -> Result<Vec<u32>> {
+        let start = self.end();
+        if self.size() - start < tokens.len() {
+            return Err(Error::KvCacheFull(format!(
+                "no room for {} more tokens ({} cells, {} in use)",
+                tokens.len(),
+                self.size(),
+                self.used
+            )));
+        }
+        let mut out = Vec::with_capacity(tokens.len());
+        for (c, &(seq, pos)) in (start..).zip(tokens) {
             self.pos[c] = pos;
             self.seqs[c] = 1u64 << seq;
             self.used += 1;
-            self.head = (c + 1) % size;
             out.push(c as u32);
-        }
-        for (s, &upto) in dropped_upto.iter().enumerate() {
-            if upto != EMPTY {
-                self.seq_rm(Some(s as SeqId), 0, upto + 1);
-            }
         }
         Ok(out)
     }
@@ -214,7 +239,6 @@ impl Cells {
     pub fn clear(&mut self) {
         self.pos.fill(EMPTY);
         self.seqs.fill(0);
-        self.head = 0;
         self.used = 0;
     }
 }
@@ -259,7 +283,9 @@ mod tests {
         // Window 4, pool of 4 + batch 2 cells.
         let mut c = Cells::new(6, Some(4)).unwrap();
         for chunk in 0..10 {
-            c.allocate(&toks(0, chunk * 2..chunk * 2 + 2)).unwrap();
+            let batch = toks(0, chunk * 2..chunk * 2 + 2);
+            c.make_room(&batch);
+            c.allocate(&batch).unwrap();
             let max = c.seq_pos_max(0).unwrap();
             let mut v = Vec::new();
             c.visible(0, max, &mut v);
@@ -269,6 +295,51 @@ mod tests {
             assert_eq!(seen, want, "the last query sees exactly its window");
             let min = c.seq_pos_min(0).unwrap();
             assert_eq!(c.seq_count(0) as Pos, max - min + 1, "positions stay contiguous");
+        }
+    }
+
+    /// Whatever the batch sizes, a query's cells come in the order of their positions (the
+    /// order attention adds them up in), in a windowed pool and in a full one shared by
+    /// sequences that are cut back. Cells reused in place broke that when the pool wrapped.
+    #[test]
+    fn cells_stay_in_position_order() {
+        let in_order = |c: &Cells, seq: SeqId| {
+            let Some(max) = c.seq_pos_max(seq) else { return };
+            let mut v = Vec::new();
+            c.visible(seq, max, &mut v);
+            let pos: Vec<Pos> = v.iter().map(|&i| c.pos(i as usize).unwrap()).collect();
+            assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
+        };
+        for batch in [1, 3, 5, 8] {
+            let mut c = Cells::new(8 + batch, Some(8)).unwrap();
+            let mut moved = 0;
+            for p in (0..100).step_by(batch) {
+                let b = toks(0, p..p + batch as Pos);
+                moved += c.make_room(&b).len();
+                c.allocate(&b).unwrap();
+                in_order(&c, 0);
+            }
+            assert!(moved > 0, "the pool wrapped");
+        }
+        // Two sequences in a full pool, one cut back now and then.
+        let mut c = Cells::new(64, None).unwrap();
+        let mut next = [0 as Pos; 2];
+        for round in 0..200 {
+            let s = (round % 2) as SeqId;
+            if round % 7 == 0 && next[0] > 4 {
+                next[0] -= 4;
+                c.seq_rm(Some(0), next[0], Pos::MAX);
+            }
+            if next[s as usize] >= 28 {
+                next[s as usize] = 0;
+                c.seq_rm(Some(s), 0, Pos::MAX);
+            }
+            let b = toks(s, next[s as usize]..next[s as usize] + 3);
+            next[s as usize] += 3;
+            c.make_room(&b);
+            c.allocate(&b).unwrap();
+            in_order(&c, 0);
+            in_order(&c, 1);
         }
     }
 }

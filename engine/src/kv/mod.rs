@@ -203,6 +203,8 @@ impl KvCache {
     pub fn allocate(&mut self, tokens: &[(SeqId, Pos)]) -> Result<Vec<Vec<u32>>> {
         let mut out: Vec<Vec<u32>> = Vec::with_capacity(self.pools.len());
         for i in 0..self.pools.len() {
+            let moves = self.pools[i].make_room(tokens);
+            self.move_cells(i, &moves);
             match self.pools[i].allocate(tokens) {
                 Ok(c) => out.push(c),
                 Err(e) => {
@@ -218,6 +220,23 @@ impl KvCache {
             }
         }
         Ok(out)
+    }
+
+    /// Moves the keys and values of cells of pool `pool` in every layer of it, as
+    /// [`Cells::make_room`] moved the cells (in its order: each `to` is below its `from`).
+    fn move_cells(&mut self, pool: usize, moves: &[(u32, u32)]) {
+        if moves.is_empty() {
+            return;
+        }
+        for l in self.layers.iter_mut().filter(|l| l.pool == pool) {
+            for h in 0..l.n_kv_head {
+                for &(from, to) in moves {
+                    let (from, to) = (h * l.cells + from as usize, h * l.cells + to as usize);
+                    l.k.copy_within(from * l.k_head..(from + 1) * l.k_head, to * l.k_head);
+                    l.v.copy_within(from * l.v_head..(from + 1) * l.v_head, to * l.v_head);
+                }
+            }
+        }
     }
 
     /// Stores the keys and values of one token (f32, all KV heads) in `cell` of layer `il`.
