@@ -474,11 +474,25 @@ pub async fn generate(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
     )
 }
 
-/// Embeddings of several texts, L2-normalized (and cut to `dimensions`, then normalized again).
+/// Embeddings of several texts: each the model's pooled vector, as `/api/embeddings` returns it.
 pub struct Embedded {
     pub vectors: Vec<Vec<f32>>,
     pub prompt_tokens: usize,
     pub load_duration: std::time::Duration,
+}
+
+impl Embedded {
+    /// The vectors at unit length, as `/api/embed` and `/v1/embeddings` return them; cut to
+    /// `dimensions` first, as Ollama's `normalize(embedding[:dimensions])`.
+    pub fn normalized(mut self, dimensions: Option<usize>) -> Embedded {
+        for v in &mut self.vectors {
+            if let Some(d) = dimensions.filter(|&d| d > 0 && d < v.len()) {
+                v.truncate(d);
+            }
+            engine::ops::norm::l2_normalize(v);
+        }
+        self
+    }
 }
 
 pub async fn embed_texts(
@@ -486,7 +500,6 @@ pub async fn embed_texts(
     model: &str,
     inputs: Vec<String>,
     truncate: bool,
-    dimensions: Option<usize>,
     options: Option<&serde_json::Map<String, Value>>,
     keep_alive: Option<&Value>,
 ) -> ApiResult<Embedded> {
@@ -537,33 +550,15 @@ pub async fn embed_texts(
         .await
         .map_err(|_| ApiError::internal("the model's runner stopped"))?
         .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
-    let mut out = Vec::with_capacity(vectors.len());
-    for mut v in vectors {
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(ApiError::internal("embedding contains NaN or Inf values"));
-        }
-        if let Some(d) = dimensions.filter(|&d| d > 0 && d < v.len()) {
-            v.truncate(d);
-            normalize(&mut v);
-        }
-        out.push(v);
+    if vectors.iter().flatten().any(|x| !x.is_finite()) {
+        return Err(ApiError::internal("embedding contains NaN or Inf values"));
     }
     crate::metrics::METRICS.record_embedding(&lease.loaded.name(), prompt_tokens as u64);
     Ok(Embedded {
-        vectors: out,
+        vectors,
         prompt_tokens,
         load_duration: lease.load_duration,
     })
-}
-
-fn normalize(v: &mut [f32]) {
-    let norm = v
-        .iter()
-        .map(|x| (*x as f64) * (*x as f64))
-        .sum::<f64>()
-        .sqrt()
-        .max(1e-12);
-    v.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
 }
 
 /// `input` as a list of texts: a string (empty: none) or a list of strings.
@@ -600,11 +595,11 @@ pub async fn embed(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
                 &model,
                 inputs,
                 req.truncate.unwrap_or(true),
-                dims,
                 req.options.as_ref(),
                 req.keep_alive.as_ref(),
             )
-            .await?;
+            .await?
+            .normalized(dims);
             let mut v = json!({"model": model, "embeddings": e.vectors});
             if !e.vectors.is_empty() {
                 v["total_duration"] = json!(started.elapsed().as_nanos() as u64);
@@ -629,12 +624,12 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Bytes) -> Respons
             } else {
                 vec![prompt]
             };
+            // Not normalized, as Ollama's legacy endpoint.
             let e = embed_texts(
                 &st,
                 &model,
                 inputs,
                 true,
-                None,
                 req.options.as_ref(),
                 req.keep_alive.as_ref(),
             )

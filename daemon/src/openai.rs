@@ -771,11 +771,11 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Bytes) -> Respons
                 &model,
                 inputs,
                 true,
-                dims,
                 req.options.as_ref(),
                 req.keep_alive.as_ref(),
             )
-            .await?;
+            .await?
+            .normalized(dims);
             let data: Vec<Value> = e
                 .vectors
                 .iter()

@@ -7,7 +7,6 @@ use crate::batch::Batch;
 use crate::kv::{KvCache, KvType, LayerShape, Pos, SeqId, MAX_SEQ};
 use crate::model::forward::Ubatch;
 use crate::model::{Model, Pooling};
-use crate::ops::norm::l2_normalize;
 use crate::ops::rope::Rope;
 use crate::threads::ThreadPool;
 use crate::{Error, Result};
@@ -75,7 +74,7 @@ pub struct Context {
     /// For each token of the last decoded batch, the row of `logits` holding its logits.
     output_row: Vec<Option<usize>>,
     logits: Vec<f32>,
-    /// Normalized pooled embedding of each sequence in the last decoded batch.
+    /// Pooled embedding of each sequence in the last decoded batch.
     embeddings: Vec<Option<Vec<f32>>>,
 }
 
@@ -243,7 +242,6 @@ impl Context {
                     Pooling::Cls => p.first.unwrap_or_default(),
                     Pooling::Last => p.last,
                 };
-                l2_normalize(&mut e);
                 self.embeddings[s] = Some(e);
             }
         }
@@ -317,7 +315,8 @@ impl Context {
         Some(&self.logits[r * n_vocab..(r + 1) * n_vocab])
     }
 
-    /// The pooled, L2-normalized embedding of `seq` over its tokens in the last decoded batch
+    /// The pooled embedding of `seq` over its tokens in the last decoded batch, not normalized
+    /// (as llama.cpp's `llama_get_embeddings_seq`; `ops::norm::l2_normalize` scales it)
     /// (only with `ContextParams::embeddings`).
     pub fn embeddings(&self, seq: SeqId) -> Option<&[f32]> {
         self.embeddings.get(seq as usize)?.as_deref()

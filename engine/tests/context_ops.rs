@@ -182,7 +182,7 @@ fn q8_0_cache_needs_whole_blocks_per_head() {
 }
 
 #[test]
-fn pooled_embeddings_are_normalized_and_batch_split_invariant() {
+fn pooled_embeddings_are_batch_split_invariant() {
     let m = tiny("tiny-llama-spm-e64-f32.gguf");
     let p = |n_batch| ContextParams {
         n_ctx: 64,
@@ -199,8 +199,9 @@ fn pooled_embeddings_are_normalized_and_batch_split_invariant() {
     let e0 = a.embeddings(0).unwrap().to_vec();
     let e1 = a.embeddings(1).unwrap().to_vec();
     assert_eq!(e0.len(), m.n_embd());
+    // The mean of the last hidden states, not scaled to unit length.
     let norm: f32 = e0.iter().map(|v| v * v).sum::<f32>().sqrt();
-    assert!((norm - 1.0).abs() < 1e-5);
+    assert!((norm - 1.0).abs() > 1e-3, "{norm}");
     assert!(
         max_diff(&e0, &e1) > 1e-3,
         "different sequences, different embeddings"

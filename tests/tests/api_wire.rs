@@ -162,6 +162,14 @@ fn embed_and_legacy_embeddings() {
     );
     let v: Vec<f64> = serde_json::from_value(legacy["embedding"].clone()).unwrap();
     assert_eq!(v.len(), 64);
+    // The legacy endpoint is not normalized (Ollama's EmbeddingsHandler): the same direction as
+    // /api/embed's vector, at the pooled vector's own length.
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "normalized: {norm}");
+    let e0: Vec<f64> = serde_json::from_value(embs[0].clone()).unwrap();
+    for (a, b) in v.iter().zip(&e0) {
+        assert!((a / norm - b).abs() < 1e-5, "{a} / {norm} vs {b}");
+    }
 }
 
 #[test]

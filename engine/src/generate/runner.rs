@@ -103,7 +103,7 @@ pub struct Request {
 /// Receives the embeddings of an [`EmbedRequest`], in the order of its inputs.
 pub type EmbedReply = Box<dyn FnOnce(Result<Vec<Vec<f32>>>) + Send>;
 
-/// Embeddings of several inputs, one pooled and normalized vector each.
+/// Embeddings of several inputs, one pooled vector each (not normalized).
 pub struct EmbedRequest {
     pub inputs: Vec<Vec<TokenId>>,
     pub cancel: Cancel,
