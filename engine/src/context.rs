@@ -237,7 +237,7 @@ impl Context {
         let pooling = self.model.pooling();
         for (s, p) in pooled.into_iter().enumerate() {
             if let Some(p) = p {
-                let mut e = match pooling {
+                let e = match pooling {
                     Pooling::Mean => p.sum.iter().map(|v| (v / p.count as f64) as f32).collect(),
                     Pooling::Cls => p.first.unwrap_or_default(),
                     Pooling::Last => p.last,
