@@ -402,7 +402,7 @@ impl BodyLimits {
                 format!("request JSON is nested deeper than {MAX_JSON_DEPTH} levels"),
             ));
         }
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let Ok(v) = crate::wire::from_json::<serde_json::Value>(body) else {
             return Ok(());
         };
         let u = usage(&v);
@@ -1008,6 +1008,10 @@ pub(crate) mod tests {
         let (s, m) = l.check_json(br#"{"prompt":"0123456789x"}"#).unwrap_err();
         assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
         assert!(m.contains("OLLAMARS_MAX_PROMPT_BYTES"), "{m}");
+        // A lone surrogate, which the handler reads as U+FFFD, does not get a body past the
+        // limits.
+        let (s, _) = l.check_json(br#"{"prompt":"0123456789x\ud83d"}"#).unwrap_err();
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
         let (s, m) = l.check_json(br#"{"images":["a","b","c"]}"#).unwrap_err();
         assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
         assert!(m.contains("too many images"), "{m}");

@@ -17,7 +17,61 @@ pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("missing request body"));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(e.to_string()))
+    from_json(body).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// Reads JSON as Go's `encoding/json` (Ollama) does, where serde_json is stricter: invalid
+/// UTF-8 and lone UTF-16 surrogate escapes in strings become U+FFFD. Clients send lone
+/// surrogates (`\ud83d`) when they cut a text in the middle of an emoji (JavaScript's
+/// `JSON.stringify` and Python's `json.dumps` both write them); the error is the strict
+/// parser's if the text is still not JSON.
+pub fn from_json<T: DeserializeOwned>(body: &[u8]) -> serde_json::Result<T> {
+    serde_json::from_slice(body).or_else(|e| match replace_invalid_text(body) {
+        Some(text) => serde_json::from_str(&text).map_err(|_| e),
+        None => Err(e),
+    })
+}
+
+/// `body` with invalid UTF-8 and lone surrogate escapes replaced by U+FFFD (escaped as
+/// `\ufffd`); `None` if it has neither.
+fn replace_invalid_text(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let mut changed = matches!(text, std::borrow::Cow::Owned(_));
+    let b = text.as_bytes();
+    let hex4 = |at: usize| -> Option<u32> {
+        let h = std::str::from_utf8(b.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(h, 16).ok()
+    };
+    let is_escape_u = |at: usize| b.get(at) == Some(&b'\\') && b.get(at + 1) == Some(&b'u');
+    let mut out = String::with_capacity(text.len());
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(u) = is_escape_u(i).then(|| hex4(i + 2)).flatten() else {
+            // Any other escape: the escaped character is not the start of one.
+            i += 2;
+            continue;
+        };
+        let paired = (0xD800..0xDC00).contains(&u)
+            && is_escape_u(i + 6)
+            && hex4(i + 8).is_some_and(|l| (0xDC00..0xE000).contains(&l));
+        if paired {
+            i += 12;
+        } else if (0xD800..0xE000).contains(&u) {
+            out.push_str(&text[copied..i]);
+            out.push_str("\\ufffd");
+            i += 6;
+            copied = i;
+            changed = true;
+        } else {
+            i += 6;
+        }
+    }
+    out.push_str(&text[copied..]);
+    changed.then_some(out)
 }
 
 /// The fields `/api/generate` and `/api/chat` share, flattened into both bodies.
@@ -191,4 +245,29 @@ impl WireMessage {
 
 pub fn tools(v: &Option<Vec<Value>>) -> Vec<Tool> {
     v.iter().flatten().cloned().map(Tool).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lone_surrogates_and_invalid_utf8_read_as_replacement_characters() {
+        let read = |body: &[u8]| -> String {
+            let v: Value = parse_body(body).unwrap_or_else(|e| panic!("{body:?}: {}", e.message));
+            v["s"].as_str().unwrap().to_string()
+        };
+        assert_eq!(read(br#"{"s": "cut \ud83d"}"#), "cut \u{fffd}");
+        assert_eq!(read(br#"{"s": "\udc00 low"}"#), "\u{fffd} low");
+        assert_eq!(read(br#"{"s": "\ud83d\ud83d\ude00"}"#), "\u{fffd}\u{1f600}");
+        assert_eq!(read(b"{\"s\": \"bad \xff\xfe!\"}"), "bad \u{fffd}\u{fffd}!");
+        // Pairs, other escapes and an escaped backslash before "u" are left as they are.
+        assert_eq!(
+            read(br#"{"s": "\ud83d\ude00 \\ud83d \n"}"#),
+            "\u{1f600} \\ud83d \n"
+        );
+        // Still not JSON: the strict parser's error.
+        let e = parse_body::<Value>(br#"{"s": "\ud83d"#).unwrap_err();
+        assert!(e.message.contains("EOF"), "{}", e.message);
+    }
 }
