@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{
-    check_images, find_model, fit_tokens, is_unload, load_answer, model_messages, model_options,
-    render_fitting, respond, start, tokenize, ChatNdjson, Fitted, GenerateNdjson, Plan, RunInfo, Running,
-    StoreModel,
+    check_images, engine_error, find_model, fit_tokens, is_unload, load_answer, model_messages,
+    model_options, render_fitting, respond, start, tokenize, ChatNdjson, Fitted, GenerateNdjson, Plan,
+    RunInfo, Running, StoreModel,
 };
 use crate::options::Options;
 use crate::scheduler::Lease;
@@ -549,7 +549,7 @@ pub async fn embed_texts(
     let vectors = rx
         .await
         .map_err(|_| ApiError::internal("the model's runner stopped"))?
-        .map_err(|e| ApiError::internal(e.without_path().to_string()))?;
+        .map_err(engine_error)?;
     if vectors.iter().flatten().any(|x| !x.is_finite()) {
         return Err(ApiError::internal("embedding contains NaN or Inf values"));
     }

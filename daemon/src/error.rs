@@ -36,6 +36,15 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// A request whose model was unloaded before it ended (the server shutting down): not the
+    /// client's fault, and worth a retry.
+    pub fn unloaded() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the model was unloaded before the request ended (the server may be shutting down); try again",
+        )
+    }
+
     /// Ollama's queue-full error (two spaces, verbatim).
     pub fn busy() -> ApiError {
         ApiError::new(

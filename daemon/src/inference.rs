@@ -146,9 +146,10 @@ pub struct Plan {
     pub info: RunInfo,
 }
 
-fn engine_error(e: engine::Error) -> ApiError {
+pub fn engine_error(e: engine::Error) -> ApiError {
     match e.without_path() {
         engine::Error::InvalidArgument(m) => ApiError::bad_request(m.clone()),
+        engine::Error::Stopped(_) => ApiError::unloaded(),
         engine::Error::Template(m) => ApiError::internal(format!("template: {m}")),
         other => ApiError::internal(other.to_string()),
     }

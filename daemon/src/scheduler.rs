@@ -156,10 +156,7 @@ impl Lease {
             return Ok(permit);
         }
         let _waiting = self.sched.enqueue(&self.name)?;
-        slots
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::internal("the model was unloaded"))
+        slots.acquire_owned().await.map_err(|_| ApiError::unloaded())
     }
 
     /// Hands work to the model's runner.
@@ -168,7 +165,7 @@ impl Lease {
             Some(r) => r
                 .submit(cmd)
                 .map_err(|_| ApiError::internal("the model's runner has stopped")),
-            None => Err(ApiError::internal("the model was unloaded")),
+            None => Err(ApiError::unloaded()),
         }
     }
 }

@@ -48,6 +48,10 @@ pub enum Error {
     /// `raise_exception`).
     #[error("template: {0}")]
     Template(String),
+    /// The runner stopped (its model was unloaded, or the server is shutting down) before the
+    /// request ended.
+    #[error("{0}")]
+    Stopped(String),
     /// A grammar or JSON schema that cannot be used, or a token it does not allow.
     #[error(transparent)]
     Grammar(#[from] crate::grammar::GrammarError),

@@ -454,6 +454,20 @@ fn sigterm_during_a_stream_exits_zero_promptly() {
     assert!(first.contains("\"done\":false"), "{first}");
     // Keep reading, as a client does (a stream nobody reads would hold the daemon up).
     let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
+    // A request without streaming, waiting for the busy slot or running beside the stream.
+    let (url, client) = (d.url("/api/generate"), d.client().clone());
+    let unstreamed = std::thread::spawn(move || {
+        let r = client
+            .post(url)
+            .json(
+                &json!({"model": "tiny", "prompt": "Another story", "stream": false,
+                "options": {"num_predict": -1, "num_ctx": 4096, "temperature": 0}}),
+            )
+            .send()
+            .unwrap();
+        (r.status(), r.text().unwrap())
+    });
+    std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     let status = d
         .terminate(Duration::from_secs(30))
@@ -469,6 +483,11 @@ fn sigterm_during_a_stream_exits_zero_promptly() {
     );
     // A grace period (5 s), then in-flight requests are cancelled.
     assert!(took < Duration::from_secs(15), "exit took {took:?}");
+    // Cut by the shutdown, not the client's fault: a 503 to retry (it was a 400 while running,
+    // a 500 while waiting).
+    let (status, body) = unstreamed.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("unloaded"), "{body}");
 }
 
 /// One HTTP/1.1 request over a Unix socket; returns the status code and body.

@@ -439,14 +439,14 @@ impl Runner {
 
     fn fail_all(&mut self, msg: &str) {
         for mut r in self.queue.drain(..) {
-            (r.sink)(Event::Error(Error::InvalidArgument(msg.to_string())));
+            (r.sink)(Event::Error(Error::Stopped(msg.to_string())));
         }
         for e in self.embeds.drain(..) {
-            (e.reply)(Err(Error::InvalidArgument(msg.to_string())));
+            (e.reply)(Err(Error::Stopped(msg.to_string())));
         }
         for s in &mut self.slots {
             if let Some(mut a) = s.busy.take() {
-                (a.req.sink)(Event::Error(Error::InvalidArgument(msg.to_string())));
+                (a.req.sink)(Event::Error(Error::Stopped(msg.to_string())));
             }
         }
     }
