@@ -348,6 +348,62 @@ fn integer_ranges() {
     check_schema(json!({"type": "integer", "minimum": 0.5, "maximum": 3.5}), 20, 41);
 }
 
+/// Numbers with whole-number bounds (pydantic's `Field(ge=0, le=1)`): every output validates,
+/// the bounds themselves are reachable exactly where they are inclusive.
+#[test]
+fn number_ranges() {
+    for (seed, (lo, hi)) in (70..).zip([
+        (Some(("minimum", 0)), Some(("maximum", 1))),
+        (Some(("minimum", 0)), None),
+        (Some(("exclusiveMinimum", 0)), None),
+        (None, Some(("exclusiveMaximum", 0))),
+        (None, Some(("maximum", -3))),
+        (Some(("minimum", -1)), Some(("maximum", 1))),
+        (Some(("exclusiveMinimum", -10)), Some(("exclusiveMaximum", -2))),
+        (Some(("exclusiveMinimum", 0)), Some(("exclusiveMaximum", 1))),
+        (Some(("minimum", 5)), Some(("maximum", 5))),
+        (Some(("minimum", 1)), Some(("maximum", 100))),
+        (Some(("exclusiveMinimum", -1)), Some(("maximum", 0))),
+    ]) {
+        let mut schema = json!({"type": "number"});
+        for (k, v) in lo.into_iter().chain(hi) {
+            schema[k] = json!(v);
+        }
+        check_schema(schema, 30, seed);
+    }
+    let vocab = vocab();
+    let accepts = |schema: Value, text: &str| {
+        let g = Grammar::from_json_schema(&schema).unwrap();
+        let mut m = Matcher::new(&g, Arc::clone(&vocab)).unwrap();
+        m.accept_bytes(text.as_bytes()).is_ok() && m.can_end()
+    };
+    let unit = json!({"type": "number", "minimum": 0, "maximum": 1});
+    for (text, ok) in [
+        ("0", true),
+        ("0.95", true),
+        ("1", true),
+        ("1.5", false),
+        ("-0.5", false),
+        ("2", false),
+    ] {
+        assert_eq!(accepts(unit.clone(), text), ok, "{text}");
+    }
+    let open = json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1});
+    for (text, ok) in [("0", false), ("0.000", false), ("0.001", true), ("1", false)] {
+        assert_eq!(accepts(open.clone(), text), ok, "{text}");
+    }
+    let negative = json!({"type": "number", "minimum": -2, "exclusiveMaximum": 0});
+    for (text, ok) in [
+        ("-2", true),
+        ("-1.5", true),
+        ("-2.5", false),
+        ("-0", false),
+        ("0", false),
+    ] {
+        assert_eq!(accepts(negative.clone(), text), ok, "{text}");
+    }
+}
+
 #[test]
 fn all_of_and_empty_schemas() {
     check_schema(
@@ -417,7 +473,11 @@ fn property_order_is_llama_cpp_order() {
 #[test]
 fn unenforceable_schemas_are_errors() {
     for (schema, what) in [
-        (json!({"type": "number", "minimum": 0}), "minimum"),
+        (json!({"type": "number", "minimum": 0.5}), "minimum"),
+        (
+            json!({"type": "number", "minimum": 1, "exclusiveMaximum": 1}),
+            "no number",
+        ),
         (json!({"type": "number", "multipleOf": 2}), "multipleOf"),
         (json!({"not": {"type": "string"}}), "not"),
         (json!({"if": {}, "then": {}}), "if"),
@@ -462,7 +522,7 @@ fn unenforceable_schemas_are_errors() {
             "minLength",
         ),
         (
-            json!({"type": "object", "properties": {"a": {"type": "number", "exclusiveMaximum": 3}}}),
+            json!({"type": "object", "properties": {"a": {"type": "number", "exclusiveMaximum": 3.5}}}),
             "exclusiveMaximum",
         ),
     ] {

@@ -6,11 +6,12 @@
 //! `additionalProperties` (absent means none), arrays with `items`/`prefixItems` and
 //! `minItems`/`maxItems`, `enum`, `const`, `anyOf`/`oneOf`, `allOf` (merged objects and
 //! intersected enums), local `$ref` (`#/$defs/...`, `#/definitions/...`), integer `minimum`/
-//! `maximum`, string `minLength`/`maxLength`, `pattern`, and the formats `date`, `time`,
+//! `maximum`, number `minimum`/`maximum` that are whole numbers, string `minLength`/`maxLength`,
+//! `pattern`, and the formats `date`, `time`,
 //! `date-time` and `uuid`.
 //!
-//! Where llama.cpp silently ignores a keyword it cannot enforce (a `minimum` on a number,
-//! `uniqueItems`, `not`, ...), this converter refuses the schema with an error naming the keyword:
+//! Where llama.cpp silently ignores a keyword it cannot enforce (a fractional `minimum` on a
+//! number, `uniqueItems`, `not`, ...), this converter refuses the schema with an error naming the keyword:
 //! output generated under a schema must validate against it. Differences that make the output
 //! stricter, never looser: `pattern` strings only contain characters JSON needs no escape for
 //! (an escaped quote or backslash is generated as such), unanchored patterns match anywhere as
@@ -655,6 +656,9 @@ impl Converter {
             out.push_str(") space");
             return Ok(self.add_rule(&rule_name, &out));
         }
+        if ty_str == Some("number") && BOUNDS.iter().any(|k| s.contains_key(*k)) {
+            return self.number_range(s, &rule_name);
+        }
         if s.keys().all(|k| !ASSERTIONS.contains(&k.as_str())) || ty_str == Some("object") {
             // llama.cpp: an empty schema (and a bare object type) is any JSON object.
             check_keywords(s, &["type"], "in an object schema")?;
@@ -673,6 +677,112 @@ impl Converter {
         check_keywords(s, &["type"], &what)?;
         let n = if rule_name == "root" { "root" } else { t };
         Ok(self.add_primitive(n, prim))
+    }
+
+    /// A `number` with whole-number bounds (pydantic's `Field(ge=0, le=1)`, which llama.cpp
+    /// ignores): plain decimals (no exponent) in the range, built from integer ranges of the
+    /// integral part. A bound that is not a whole number is refused.
+    fn number_range(&mut self, s: &Map<String, Value>, rule_name: &str) -> Result<String, GrammarError> {
+        check_keywords(
+            s,
+            &[
+                "type",
+                "minimum",
+                "exclusiveMinimum",
+                "maximum",
+                "exclusiveMaximum",
+            ],
+            "in a number schema",
+        )?;
+        // (bound, exclusive), the tightest of each side.
+        let mut lo: Option<(i64, bool)> = None;
+        let mut hi: Option<(i64, bool)> = None;
+        for (k, exclusive, lower) in [
+            ("minimum", false, true),
+            ("exclusiveMinimum", true, true),
+            ("maximum", false, false),
+            ("exclusiveMaximum", true, false),
+        ] {
+            let Some(v) = s.get(k) else { continue };
+            let x = v
+                .as_f64()
+                .ok_or_else(|| GrammarError::Schema(format!("'{k}' must be a number")))?;
+            if x.fract() != 0.0 || x.abs() >= 9.0e15 {
+                return err(format!(
+                    "keyword '{k}' of a number is only supported as a whole number within ±9e15 (ollamars cannot enforce {x})"
+                ));
+            }
+            let b = (x as i64, exclusive);
+            let side = if lower { &mut lo } else { &mut hi };
+            *side = Some(match *side {
+                None => b,
+                Some(o) if o.0 == b.0 => (b.0, o.1 || b.1),
+                Some(o) if (o.0 < b.0) == lower => b,
+                Some(o) => o,
+            });
+        }
+        if let (Some((a, ea)), Some((b, eb))) = (lo, hi) {
+            if a > b || (a == b && (ea || eb)) {
+                return err("no number lies between the schema's lower and upper bounds");
+            }
+        }
+        let fraction = self.clone_primitive("decimal-part");
+        // Decimals m >= 0 with m >= a (m > a if exclusive) and m <= b (m < b), no exponent.
+        let magnitude = |(a, ea): (u64, bool), hi: Option<(u64, bool)>| -> Vec<String> {
+            let mut alts = Vec::new();
+            // Any fraction on integral parts from a (a + 1 if exclusive) to b - 1.
+            let free_hi = match hi {
+                Some((0, _)) => None,
+                Some((b, _)) => Some(Some(b - 1)),
+                None => Some(None),
+            };
+            if let Some(free_hi) = free_hi {
+                let free_lo = a + u64::from(ea);
+                if free_hi.is_none_or(|h| free_lo <= h) {
+                    let mut ints = String::new();
+                    build_min_max_int(
+                        Some(free_lo as i64),
+                        free_hi.map(|h| h as i64),
+                        &mut ints,
+                        16,
+                        true,
+                    );
+                    alts.push(format!("({ints}) (\".\" {fraction})?"));
+                }
+            }
+            // Above an exclusive a: a with a fraction that is not all zeros.
+            if ea && hi.is_none_or(|(b, _)| a < b) {
+                alts.push(format!("\"{a}.\" [0-9]{{0,15}} [1-9]"));
+            }
+            // An inclusive b itself.
+            if let Some((b, false)) = hi {
+                if b > a || (b == a && !ea) {
+                    alts.push(format!("\"{b}\""));
+                }
+            }
+            alts
+        };
+        let mut alts = Vec::new();
+        // Zero and above.
+        if hi.is_none_or(|(b, eb)| b > 0 || (b == 0 && !eb)) {
+            let from = match lo {
+                Some((a, ea)) if a >= 0 => (a as u64, ea),
+                _ => (0, false),
+            };
+            alts.extend(magnitude(from, hi.map(|(b, eb)| (b as u64, eb))));
+        }
+        // Below zero, by magnitude: above -max (above 0 at least: no "-0"), up to -min.
+        if lo.is_none_or(|(a, _)| a < 0) {
+            let from = match hi {
+                Some((b, eb)) if b < 0 => (b.unsigned_abs(), eb),
+                _ => (0, true),
+            };
+            let m = magnitude(from, lo.map(|(a, ea)| (a.unsigned_abs(), ea)));
+            if !m.is_empty() {
+                alts.push(format!("\"-\" ({})", m.join(" | ")));
+            }
+        }
+        Ok(self.add_rule(rule_name, &format!("({}) space", alts.join(" | "))))
     }
 
     fn clone_primitive(&mut self, name: &str) -> String {
