@@ -261,6 +261,55 @@ fn escape_rule_name(name: &str) -> String {
     out
 }
 
+const BOUNDS_AND_TYPE: [&str; 5] = [
+    "type",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+];
+
+/// One side of a numeric schema's range, and the keyword that set it.
+#[derive(Clone, Copy)]
+struct Bound {
+    value: f64,
+    exclusive: bool,
+    keyword: &'static str,
+}
+
+/// The tightest lower and upper bounds of a numeric schema (of equal ones, the exclusive).
+fn numeric_bounds(s: &Map<String, Value>) -> Result<(Option<Bound>, Option<Bound>), GrammarError> {
+    let mut lo: Option<Bound> = None;
+    let mut hi: Option<Bound> = None;
+    for (keyword, exclusive, lower) in [
+        ("minimum", false, true),
+        ("exclusiveMinimum", true, true),
+        ("maximum", false, false),
+        ("exclusiveMaximum", true, false),
+    ] {
+        let Some(v) = s.get(keyword) else { continue };
+        let value = v
+            .as_f64()
+            .ok_or_else(|| GrammarError::Schema(format!("'{keyword}' must be a number")))?;
+        let b = Bound {
+            value,
+            exclusive,
+            keyword,
+        };
+        let side = if lower { &mut lo } else { &mut hi };
+        *side = Some(match *side {
+            Some(o) if o.value == value => Bound {
+                exclusive: o.exclusive || exclusive,
+                ..o
+            },
+            Some(o) if (o.value < value) == lower => b,
+            Some(o) => o,
+            None => b,
+        });
+    }
+    Ok((lo, hi))
+}
+
 fn check_keywords(schema: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), GrammarError> {
     for key in schema.keys() {
         if ASSERTIONS.contains(&key.as_str()) && !allowed.contains(&key.as_str()) {
@@ -600,43 +649,23 @@ impl Converter {
         }
         const BOUNDS: [&str; 4] = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"];
         if ty_str == Some("integer") && BOUNDS.iter().any(|k| s.contains_key(*k)) {
-            check_keywords(
-                s,
-                &[
-                    "type",
-                    "minimum",
-                    "exclusiveMinimum",
-                    "maximum",
-                    "exclusiveMaximum",
-                ],
-                "in an integer schema",
-            )?;
-            let bound = |k: &str| -> Result<Option<f64>, GrammarError> {
-                match s.get(k) {
-                    None => Ok(None),
-                    Some(v) => v
-                        .as_f64()
-                        .map(Some)
-                        .ok_or_else(|| GrammarError::Schema(format!("'{k}' must be a number"))),
-                }
-            };
+            check_keywords(s, &BOUNDS_AND_TYPE, "in an integer schema")?;
             // The tightest integer bounds, as i64 (llama.cpp reads them as integers).
-            let mut min: Option<f64> = None;
-            if let Some(m) = bound("minimum")? {
-                min = Some(m.ceil());
-            }
-            if let Some(m) = bound("exclusiveMinimum")? {
-                let v = m.floor() + 1.0;
-                min = Some(min.map_or(v, |x| x.max(v)));
-            }
-            let mut max: Option<f64> = None;
-            if let Some(m) = bound("maximum")? {
-                max = Some(m.floor());
-            }
-            if let Some(m) = bound("exclusiveMaximum")? {
-                let v = m.ceil() - 1.0;
-                max = Some(max.map_or(v, |x| x.min(v)));
-            }
+            let (lo, hi) = numeric_bounds(s)?;
+            let min = lo.map(|b| {
+                if b.exclusive {
+                    b.value.floor() + 1.0
+                } else {
+                    b.value.ceil()
+                }
+            });
+            let max = hi.map(|b| {
+                if b.exclusive {
+                    b.value.ceil() - 1.0
+                } else {
+                    b.value.floor()
+                }
+            });
             let to_i64 = |x: f64| -> Result<i64, GrammarError> {
                 if x.abs() < 9.0e15 {
                     Ok(x as i64)
@@ -683,44 +712,26 @@ impl Converter {
     /// ignores): plain decimals (no exponent) in the range, built from integer ranges of the
     /// integral part. A bound that is not a whole number is refused.
     fn number_range(&mut self, s: &Map<String, Value>, rule_name: &str) -> Result<String, GrammarError> {
-        check_keywords(
-            s,
-            &[
-                "type",
-                "minimum",
-                "exclusiveMinimum",
-                "maximum",
-                "exclusiveMaximum",
-            ],
-            "in a number schema",
-        )?;
-        // (bound, exclusive), the tightest of each side.
-        let mut lo: Option<(i64, bool)> = None;
-        let mut hi: Option<(i64, bool)> = None;
-        for (k, exclusive, lower) in [
-            ("minimum", false, true),
-            ("exclusiveMinimum", true, true),
-            ("maximum", false, false),
-            ("exclusiveMaximum", true, false),
-        ] {
-            let Some(v) = s.get(k) else { continue };
-            let x = v
-                .as_f64()
-                .ok_or_else(|| GrammarError::Schema(format!("'{k}' must be a number")))?;
-            if x.fract() != 0.0 || x.abs() >= 9.0e15 {
-                return err(format!(
-                    "keyword '{k}' of a number is only supported as a whole number within ±9e15 (ollamars cannot enforce {x})"
-                ));
+        check_keywords(s, &BOUNDS_AND_TYPE, "in a number schema")?;
+        let whole = |b: Option<Bound>| -> Result<Option<(i64, bool)>, GrammarError> {
+            match b {
+                Some(Bound {
+                    value,
+                    exclusive,
+                    keyword,
+                }) => {
+                    if value.fract() != 0.0 || value.abs() >= 9.0e15 {
+                        return err(format!(
+                            "keyword '{keyword}' of a number is only supported as a whole number within ±9e15 (ollamars cannot enforce {value})"
+                        ));
+                    }
+                    Ok(Some((value as i64, exclusive)))
+                }
+                None => Ok(None),
             }
-            let b = (x as i64, exclusive);
-            let side = if lower { &mut lo } else { &mut hi };
-            *side = Some(match *side {
-                None => b,
-                Some(o) if o.0 == b.0 => (b.0, o.1 || b.1),
-                Some(o) if (o.0 < b.0) == lower => b,
-                Some(o) => o,
-            });
-        }
+        };
+        let (lo, hi) = numeric_bounds(s)?;
+        let (lo, hi) = (whole(lo)?, whole(hi)?);
         if let (Some((a, ea)), Some((b, eb))) = (lo, hi) {
             if a > b || (a == b && (ea || eb)) {
                 return err("no number lies between the schema's lower and upper bounds");
