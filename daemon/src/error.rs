@@ -45,6 +45,14 @@ impl ApiError {
         )
     }
 
+    /// A request that came, or waited, while the server shuts down.
+    pub fn shutting_down() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down; try again once it is back",
+        )
+    }
+
     /// Ollama's queue-full error (two spaces, verbatim).
     pub fn busy() -> ApiError {
         ApiError::new(

@@ -156,7 +156,13 @@ impl Lease {
             return Ok(permit);
         }
         let _waiting = self.sched.enqueue(&self.name)?;
-        slots.acquire_owned().await.map_err(|_| ApiError::unloaded())
+        slots
+            .acquire_owned()
+            .await
+            .map_err(|_| match self.sched.check_taking() {
+                Err(stopping) => stopping,
+                Ok(()) => ApiError::unloaded(),
+            })
     }
 
     /// Hands work to the model's runner.
@@ -194,6 +200,8 @@ pub struct Scheduler {
     waiting: AtomicUsize,
     /// The same, by the model they want (for `/metrics`).
     waiting_by_model: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// The server is shutting down (see [`Scheduler::stop_taking`]).
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Far enough ahead to read as "forever" (Ollama's CLI says Forever past 20 years).
@@ -208,7 +216,27 @@ impl Scheduler {
             load_lock: tokio::sync::Mutex::new(()),
             waiting: AtomicUsize::new(0),
             waiting_by_model: Mutex::default(),
+            stopping: Default::default(),
         })
+    }
+
+    /// The server is shutting down: requests being served finish (within its grace period);
+    /// those waiting for a load or a slot, and any that come, are turned away at once (503)
+    /// rather than at the end of the grace period.
+    pub fn stop_taking(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for l in lock(&self.loaded).values() {
+            l.slots.close();
+        }
+        self.changed.notify_waiters();
+    }
+
+    fn check_taking(&self) -> Result<(), ApiError> {
+        if self.stopping.load(Ordering::SeqCst) {
+            Err(ApiError::shutting_down())
+        } else {
+            Ok(())
+        }
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -245,6 +273,7 @@ impl Scheduler {
     /// The model loaded for `want` (loading it first if needed).
     pub async fn acquire(self: &Arc<Self>, want: &Want) -> Result<Lease, ApiError> {
         let t0 = Instant::now();
+        self.check_taking()?;
         if let Some(l) = self.try_use(want) {
             return Ok(self.lease(l, want, t0));
         }
@@ -257,6 +286,7 @@ impl Scheduler {
         let mut opened: Option<Arc<Model>> = None;
         let mut draining = Draining(None);
         loop {
+            self.check_taking()?;
             if let Some(l) = self.try_use(want) {
                 return Ok(self.lease(l, want, t0));
             }

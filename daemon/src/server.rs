@@ -310,6 +310,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         async move {
             wait_for_signal().await;
             tracing::info!("shutting down: finishing in-flight requests");
+            sched.stop_taking();
             let _ = stop_tx.send(true);
             // In-flight requests get a grace period, then are cancelled.
             tokio::spawn(async move {

@@ -403,6 +403,18 @@ pub fn sha256_file(path: &Path) -> String {
     format!("sha256:{hex}")
 }
 
+/// Waits until `cond` holds, for at most `secs` seconds.
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The value of one sample (`name` with its labels, as rendered) in `/metrics` text, if the
 /// series is there.
 pub fn metric_sample(text: &str, series: &str) -> Option<f64> {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ollamars_tests::daemon::{ndjson, ollamars_bin, sse_data};
+use ollamars_tests::daemon::{metric_sample, ndjson, ollamars_bin, sse_data, wait_for};
 use ollamars_tests::{models, Daemon};
 use serde_json::{json, Value};
 
@@ -467,7 +467,10 @@ fn sigterm_during_a_stream_exits_zero_promptly() {
             .unwrap();
         (r.status(), r.text().unwrap())
     });
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for(30, "the second request to wait for the slot", || {
+        let metrics = d.get("/metrics").text().unwrap();
+        metric_sample(&metrics, "ollamars_queue_depth{model=\"tiny:latest\"}") == Some(1.0)
+    });
     let t0 = Instant::now();
     let status = d
         .terminate(Duration::from_secs(30))
@@ -483,11 +486,11 @@ fn sigterm_during_a_stream_exits_zero_promptly() {
     );
     // A grace period (5 s), then in-flight requests are cancelled.
     assert!(took < Duration::from_secs(15), "exit took {took:?}");
-    // Cut by the shutdown, not the client's fault: a 503 to retry (it was a 400 while running,
-    // a 500 while waiting).
+    // Turned away by the shutdown at once, not the client's fault: a 503 to retry (it was a
+    // 500 at the end of the grace period; a request cut while running was a 400).
     let (status, body) = unstreamed.join().unwrap();
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("unloaded"), "{body}");
+    assert!(body.contains("the server is shutting down"), "{body}");
 }
 
 /// One HTTP/1.1 request over a Unix socket; returns the status code and body.

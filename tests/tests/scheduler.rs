@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ollamars_tests::daemon::{metric_sample, ndjson};
+use ollamars_tests::daemon::{metric_sample, ndjson, wait_for};
 use ollamars_tests::{models, Daemon};
 use serde_json::{json, Value};
 
@@ -21,15 +21,6 @@ fn ps_names(d: &Daemon) -> Vec<String> {
         .iter()
         .map(|m| m["name"].as_str().unwrap().to_string())
         .collect()
-}
-
-/// Waits until `cond` holds, for at most `secs` seconds.
-fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A series of `/metrics` (0 when absent, as gauges of nothing are left out).
