@@ -116,7 +116,7 @@ elif target == 'tokenizer':
         seeds.append(bytes([i, 4 | 16 | 32]) + b''.join(struct.pack('<I', x) for x in [1, 2, 3, 100, 1000, 29871, 13]))
         seeds.append(bytes([i, 4 | 8 | 64]) + b''.join(struct.pack('<I', x) for x in [0, 0xffffffff, 2**31, 5]))
 elif target == 'http_request':
-    bodies = [  # (endpoint: 0 chat, 1 generate, 2 OpenAI chat, 3 OpenAI completions, 4 embed, 5 embeddings)
+    bodies = [  # (endpoint: 0 chat, 1 generate, 2 OpenAI chat, 3 OpenAI completions, 4 embed, 5 embeddings, 6 responses)
         (0, {"model": "llama3.2", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "why is the sky blue?", "images": ["aGk="]}],
              "stream": False, "options": {"temperature": 0.2, "top_k": 20, "num_ctx": 4096, "stop": ["\n\n"], "seed": 42}, "keep_alive": "5m", "think": "high"}),
         (0, {"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
@@ -133,12 +133,21 @@ elif target == 'http_request':
         (3, {"model": "m", "prompt": ["once upon"], "max_tokens": 5, "stop": "\n", "logprobs": 2, "suffix": "end", "temperature": 0}),
         (4, {"model": "all-minilm", "input": ["a", "b"], "truncate": False, "dimensions": 8, "options": {"num_ctx": 256}}),
         (5, {"model": "all-minilm", "prompt": "hello", "keep_alive": "1h30m"}),
+        (6, {"model": "m", "instructions": "be brief", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+             {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+             {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}]}],
+             "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "namespace", "name": "n", "tools": [{"type": "function", "name": "g"}]}],
+             "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]},
+             "max_output_tokens": 16, "reasoning": {"effort": "low"}, "truncation": "auto", "stream": True}),
+        (6, {"model": "m", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+             "include": ["message.output_text.logprobs"], "top_logprobs": 2, "temperature": 0.5, "top_p": 0.9}),
     ]
     for t, b in bodies:
         seeds.append(bytes([t]) + json.dumps(b).encode())
     for v in json_macros(glob.glob('../daemon/src/*.rs')):
         if isinstance(v, dict) and 'model' in v:
-            for t in range(6): seeds.append(bytes([t]) + json.dumps(v).encode())
+            for t in range(7): seeds.append(bytes([t]) + json.dumps(v).encode())
 else:
     sys.exit(f"seed-text.sh: unknown target {target}")
 for i, s in enumerate(seeds):

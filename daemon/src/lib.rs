@@ -11,6 +11,7 @@
 //! - `formats`: prompt formats by model file, read from GGUF headers before anything loads.
 //! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
 //! - `openai`: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
+//! - `responses`: `/v1/responses`, OpenAI's Responses API mapped onto a chat.
 //! - `models`: model management (`tags`, `show`, `copy`, `delete`, `pull`, `push`, `create`,
 //!   `blobs`), `ps`, `version`.
 //! - `inference`: shared steps of a generation and the response encoders.
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod options;
+pub mod responses;
 pub mod scheduler;
 pub mod security;
 pub mod server;

@@ -1,8 +1,8 @@
 //! The OpenAI-compatible endpoints: `/v1/chat/completions`, `/v1/completions`,
-//! `/v1/embeddings` (models are in `crate::models`). Requests are translated to the native
-//! calls (as Ollama's `openai` package does: temperature and top_p default to 1, `max_tokens`
-//! is `num_predict`, `response_format` is `format`), answers to OpenAI's objects or SSE chunks
-//! ending with `data: [DONE]`. Errors have OpenAI's shape. `options` (e.g. `num_ctx`) may be
+//! `/v1/embeddings` (models are in `crate::models`, the Responses API in `crate::responses`).
+//! Requests are translated to the native calls (as Ollama's `openai` package does: temperature
+//! and top_p default to 1, `max_tokens` is `num_predict`, `response_format` is `format`),
+//! answers to OpenAI's objects or SSE chunks ending with `data: [DONE]`. Errors have OpenAI's shape. `options` (e.g. `num_ctx`) may be
 //! sent as an extension.
 
 use std::sync::Arc;
@@ -108,7 +108,7 @@ struct OaFunction {
     arguments: Option<String>,
 }
 
-fn think_from_effort(effort: Option<&str>) -> ApiResult<Option<Think>> {
+pub(crate) fn think_from_effort(effort: Option<&str>) -> ApiResult<Option<Think>> {
     Ok(match effort {
         None | Some("") => None,
         Some("none") => Some(Think::Off),
@@ -219,19 +219,19 @@ fn messages(msgs: &[OaMessage]) -> ApiResult<(Vec<Message>, usize)> {
 }
 
 /// The sampling fields OpenAI requests share.
-struct Sampling {
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    max_tokens: Option<i64>,
-    seed: Option<i64>,
-    stop: Option<Vec<String>>,
-    frequency_penalty: Option<f64>,
-    presence_penalty: Option<f64>,
+pub(crate) struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<i64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Vec<String>>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
 }
 
 /// OpenAI's sampling defaults (temperature and top_p 1) under the request's values, over the
 /// request's `options` extension.
-fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) -> Map<String, Value> {
+pub(crate) fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) -> Map<String, Value> {
     let Sampling {
         temperature,
         top_p,
@@ -265,7 +265,10 @@ fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) -> Map<String
 /// What `tool_choice` asks of `tools`: the tools offered to the model, and the tools the reply
 /// must call (`None`: the model decides). `"none"` offers no tools, `"required"` requires a call
 /// of one of them, a named function a call of that one.
-fn tool_choice(choice: Option<&Value>, tools: Vec<Tool>) -> ApiResult<(Vec<Tool>, Option<Vec<Tool>>)> {
+pub(crate) fn tool_choice(
+    choice: Option<&Value>,
+    tools: Vec<Tool>,
+) -> ApiResult<(Vec<Tool>, Option<Vec<Tool>>)> {
     let invalid = |v: &Value| ApiError::bad_request(format!("Invalid value for 'tool_choice': {v}"));
     let Some(choice) = choice.filter(|c| !c.is_null()) else {
         return Ok((tools, None));

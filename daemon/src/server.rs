@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::config::{Config, Listen};
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::{api, metrics, models, openai, security};
+use crate::{api, metrics, models, openai, responses, security};
 
 /// What every handler shares.
 pub struct AppState {
@@ -258,6 +258,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(models::openai_models))
         .route("/v1/models/{*model}", get(models::openai_model))
         .route("/metrics", get(metrics::handler))

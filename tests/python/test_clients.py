@@ -153,9 +153,44 @@ def check_openai_completions_embeddings_models():
         pass
 
 
+def check_openai_responses():
+    r = oai.responses.create(model="tiny", input="hi", max_output_tokens=3,
+                             extra_body={"options": {"seed": 1}})
+    assert r.status == "incomplete" and r.usage.output_tokens == 3, r
+    with oai.responses.stream(model="tiny", input="hi", max_output_tokens=3,
+                              extra_body={"options": {"seed": 1}}) as s:
+        text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+    assert text == r.output_text, (text, r)
+    # A tool round trip with the output items passed back as the next input.
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    history = list(HISTORY)
+    r = oai.responses.create(model=CHAT, temperature=0, max_output_tokens=64, tools=tools,
+                             input=history)
+    call = next(o for o in r.output if o.type == "function_call")
+    assert call.name == "get_current_weather" and "Paris" in json.loads(call.arguments)["city"], r
+    history += [o.model_dump(exclude_none=True) for o in r.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id,
+                    "output": json.dumps({"temperature_c": 21})})
+    with oai.responses.stream(model=CHAT, temperature=0, max_output_tokens=64, tools=tools,
+                              input=history) as s:
+        final = s.get_final_response()
+    assert final.status == "completed" and final.output_text, final
+    # Structured output through the client's parse helper.
+    from pydantic import BaseModel
+
+    class Capital(BaseModel):
+        city: str
+        country: str
+
+    r = oai.responses.parse(model=CHAT, temperature=0, max_output_tokens=64,
+                            input="What is the capital of France?", text_format=Capital)
+    assert r.output_parsed.city == "Paris", r
+
+
 CHECKS = [check_generate, check_chat_tools, check_embed,
           check_blobs_and_create, check_list_show_copy_ps_delete, check_push_pull,
-          check_errors, check_openai_chat, check_openai_completions_embeddings_models]
+          check_errors, check_openai_chat, check_openai_completions_embeddings_models,
+          check_openai_responses]
 
 if __name__ == "__main__":
     print(f"ollama {ollama.__version__ if hasattr(ollama, '__version__') else '?'}, openai {openai.__version__}")

@@ -611,3 +611,69 @@ fn openai_endpoints_and_sse() {
     assert_eq!(r.status(), 404);
     assert!(r.json::<Value>().unwrap()["error"]["message"].is_string());
 }
+
+#[test]
+fn responses_api_whole_and_streamed() {
+    let d = tiny_daemon();
+    let body = json!({"model": "tiny", "input": "hi", "instructions": "be brief",
+                      "max_output_tokens": 3, "options": {"seed": 1}});
+    let one = d.post_ok("/v1/responses", &body);
+    assert_eq!(one["object"], "response", "{one}");
+    assert!(one["id"].as_str().unwrap().starts_with("resp_"), "{one}");
+    assert_eq!(one["model"], "tiny", "{one}");
+    assert_eq!(one["instructions"], "be brief", "{one}");
+    // Cut by max_output_tokens: incomplete, as OpenAI reports it.
+    assert_eq!(one["status"], "incomplete", "{one}");
+    assert_eq!(one["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(one["usage"]["output_tokens"], 3, "{one}");
+    assert!(one["usage"]["input_tokens"].as_u64().unwrap() > 0, "{one}");
+    let item = &one["output"][0];
+    assert_eq!(item["type"], "message", "{one}");
+    assert_eq!(item["role"], "assistant");
+    assert_eq!(item["content"][0]["type"], "output_text");
+    let whole = item["content"][0]["text"].as_str().unwrap();
+
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    let r = d.post("/v1/responses", &stream);
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events: Vec<Value> = sse_data(r)
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "response.created", "{events:?}");
+    assert_eq!(events[1]["type"], "response.in_progress");
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i, "{e}");
+    }
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, whole, "the same seed streams the same text");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.incomplete", "{last}");
+    assert_eq!(last["response"]["id"], events[0]["response"]["id"]);
+    assert_eq!(last["response"]["output"][0]["content"][0]["text"], whole);
+    assert_eq!(last["response"]["usage"]["output_tokens"], 3);
+
+    // Errors have OpenAI's shape; what needs stored responses is refused, not ignored.
+    let r = d.post(
+        "/v1/responses",
+        &json!({"model": "tiny", "input": "x", "previous_response_id": "resp_1"}),
+    );
+    assert_eq!(r.status(), 400);
+    let e = r.json::<Value>().unwrap();
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("stores none"),
+        "{e}"
+    );
+    let r = d.post("/v1/responses", &json!({"model": "missing", "input": "x"}));
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().unwrap()["error"]["message"].is_string());
+}
