@@ -116,7 +116,7 @@ elif target == 'tokenizer':
         seeds.append(bytes([i, 4 | 16 | 32]) + b''.join(struct.pack('<I', x) for x in [1, 2, 3, 100, 1000, 29871, 13]))
         seeds.append(bytes([i, 4 | 8 | 64]) + b''.join(struct.pack('<I', x) for x in [0, 0xffffffff, 2**31, 5]))
 elif target == 'http_request':
-    bodies = [  # (endpoint: 0 chat, 1 generate, 2 OpenAI chat, 3 OpenAI completions, 4 embed, 5 embeddings, 6 responses)
+    bodies = [  # (endpoint: 0 chat, 1 generate, 2 OpenAI chat, 3 OpenAI completions, 4 embed, 5 embeddings, 6 responses, 7 messages)
         (0, {"model": "llama3.2", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "why is the sky blue?", "images": ["aGk="]}],
              "stream": False, "options": {"temperature": 0.2, "top_k": 20, "num_ctx": 4096, "stop": ["\n\n"], "seed": 42}, "keep_alive": "5m", "think": "high"}),
         (0, {"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
@@ -142,12 +142,19 @@ elif target == 'http_request':
              "max_output_tokens": 16, "reasoning": {"effort": "low"}, "truncation": "auto", "stream": True}),
         (6, {"model": "m", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
              "include": ["message.output_text.logprobs"], "top_logprobs": 2, "temperature": 0.5, "top_p": 0.9}),
+        (7, {"model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+             "messages": [{"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                                                            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "ok"}]}]}],
+             "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
+             "stop_sequences": ["END"], "top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}, "stream": True}),
     ]
     for t, b in bodies:
         seeds.append(bytes([t]) + json.dumps(b).encode())
     for v in json_macros(glob.glob('../daemon/src/*.rs')):
         if isinstance(v, dict) and 'model' in v:
-            for t in range(7): seeds.append(bytes([t]) + json.dumps(v).encode())
+            for t in range(8): seeds.append(bytes([t]) + json.dumps(v).encode())
 else:
     sys.exit(f"seed-text.sh: unknown target {target}")
 for i, s in enumerate(seeds):

@@ -1,7 +1,8 @@
 //! `ollamars serve`: the Ollama- and OpenAI-compatible HTTP APIs and the model scheduler.
 //!
-//! The only crate that knows the wire formats: requests are decoded here (`wire`, `openai`)
-//! into engine and registry types, and engine events are encoded back (`inference`).
+//! The only crate that knows the wire formats: requests are decoded here (`wire`, `openai`,
+//! `responses`, `anthropic`) into engine and registry types, and engine events are encoded back
+//! (`inference`).
 //!
 //! - `config`: settings from defaults, the YAML file and `OLLAMARS_*` variables.
 //! - `server`: routes, middleware (request ids, Host check, CORS, limits), listening, shutdown.
@@ -12,10 +13,12 @@
 //! - `api`: `/api/generate`, `/api/chat`, `/api/embed`, `/api/embeddings`.
 //! - `openai`: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
 //! - `responses`: `/v1/responses`, OpenAI's Responses API mapped onto a chat.
+//! - `anthropic`: `/v1/messages`, Anthropic's Messages API mapped onto a chat.
 //! - `models`: model management (`tags`, `show`, `copy`, `delete`, `pull`, `push`, `create`,
 //!   `blobs`), `ps`, `version`.
 //! - `inference`: shared steps of a generation and the response encoders.
 
+pub mod anthropic;
 pub mod api;
 pub mod config;
 pub mod error;

@@ -5,7 +5,8 @@
 //! Keys come from `OLLAMARS_API_KEYS` / `api_keys` (comma-separated) and from a keys file
 //! (`OLLAMARS_API_KEYS_FILE` / `api_keys_file`, one per line, `#` comments). An entry is `KEY`
 //! or `admin:KEY` (every endpoint) or `read:KEY` (inference, list, show, ps, version, metrics).
-//! Clients send `Authorization: Bearer KEY`, as the `ollama` and `openai` clients do. Keys are
+//! Clients send `Authorization: Bearer KEY`, as the `ollama` and `openai` clients do, or
+//! `x-api-key: KEY`, as the `anthropic` clients do. Keys are
 //! compared by their SHA-256 digests in constant time, over every configured key.
 
 use std::fmt;
@@ -201,17 +202,23 @@ fn peer_is_local(req: &Request) -> bool {
         })
 }
 
-/// The `Authorization: Bearer` token, if any.
-fn bearer(req: &Request) -> Option<&str> {
-    let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = v.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+/// The key presented: the `Authorization: Bearer` token, else the `x-api-key` header.
+fn presented_key(req: &Request) -> Option<&str> {
+    let bearer = || {
+        let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+        let (scheme, token) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    };
+    bearer().or_else(|| req.headers().get("x-api-key")?.to_str().ok().map(str::trim))
 }
 
-/// An error in the shape the endpoint's clients expect (OpenAI's under `/v1`).
+/// An error in the shape the endpoint's clients expect (Anthropic's under `/v1/messages`,
+/// OpenAI's under the rest of `/v1`).
 pub fn reject(path: &str, status: StatusCode, message: String) -> Response {
     let e = ApiError::new(status, message);
-    let mut resp = if path.starts_with("/v1/") {
+    let mut resp = if path.starts_with("/v1/messages") {
+        crate::anthropic::error_response(status, &e.message)
+    } else if path.starts_with("/v1/") {
         let code = match status {
             StatusCode::UNAUTHORIZED => "invalid_api_key",
             _ => "insufficient_permissions",
@@ -255,7 +262,7 @@ pub async fn authorize(State(st): State<Arc<AppState>>, req: Request, next: Next
         }
         return next.run(req).await;
     }
-    let Some(token) = bearer(&req) else {
+    let Some(token) = presented_key(&req) else {
         return reject(
             &path,
             StatusCode::UNAUTHORIZED,
@@ -828,6 +835,21 @@ pub(crate) mod tests {
         )
         .await;
         assert_eq!(s, StatusCode::OK);
+        // Anthropic's clients send the key as x-api-key, and get Anthropic's error shape.
+        let (s, _, _) = call(&app, REMOTE, Method::GET, "/api/tags", &[("x-api-key", K2)], "").await;
+        assert_eq!(s, StatusCode::OK);
+        let (s, _, v) = call(
+            &app,
+            REMOTE,
+            Method::POST,
+            "/v1/messages",
+            &[("x-api-key", "nope")],
+            "{}",
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], "authentication_error", "{v}");
     }
 
     #[tokio::test]

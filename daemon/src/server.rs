@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::config::{Config, Listen};
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::{api, metrics, models, openai, responses, security};
+use crate::{anthropic, api, metrics, models, openai, responses, security};
 
 /// What every handler shares.
 pub struct AppState {
@@ -147,6 +147,7 @@ fn hostname() -> Option<String> {
 
 const ALLOW_HEADERS: &str =
     "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, \
+x-api-key, anthropic-version, anthropic-beta, anthropic-dangerous-direct-browser-access, \
 x-stainless-arch, x-stainless-async, x-stainless-custom-poll-interval, x-stainless-helper-method, \
 x-stainless-lang, x-stainless-os, x-stainless-package-version, x-stainless-poll-helper, \
 x-stainless-retry-count, x-stainless-runtime, x-stainless-runtime-version, x-stainless-timeout";
@@ -259,6 +260,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(anthropic::messages))
         .route("/v1/models", get(models::openai_models))
         .route("/v1/models/{*model}", get(models::openai_model))
         .route("/metrics", get(metrics::handler))

@@ -1,7 +1,7 @@
 //! Fuzzes the daemon's request decoding: a body from the network, deserialised into the Ollama
 //! or OpenAI request types and converted to engine terms exactly as the handlers do before a
 //! model is touched (daemon::api::decode_*, daemon::openai::decode_*,
-//! daemon::responses::decode_*), then its options resolved
+//! daemon::responses::decode_*, daemon::anthropic::decode_*), then its options resolved
 //! (daemon::options::Options), its keep_alive, format and template checked, and a sampler built
 //! from the options and run on fixed logits.
 //!
@@ -13,7 +13,7 @@ use daemon::api::{self, ChatCall, GenerateCall};
 use daemon::error::ApiResult;
 use daemon::options::Options;
 use daemon::wire::{parse_body, parse_keep_alive, EmbedRequest, EmbeddingsRequest};
-use daemon::{openai, responses, structured};
+use daemon::{anthropic, openai, responses, structured};
 use engine::sample::Sampler;
 use engine::template::OllamaTemplate;
 use libfuzzer_sys::fuzz_target;
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&pick, body)) = data.split_first() else {
         return;
     };
-    let r = match pick % 7 {
+    let r = match pick % 8 {
         0 => api::decode_chat(body).and_then(chat),
         1 => api::decode_generate(body).and_then(generate),
         2 => openai::decode_chat_completion(body).and_then(chat),
@@ -34,7 +34,8 @@ fuzz_target!(|data: &[u8]| {
         }),
         5 => parse_body::<EmbeddingsRequest>(body)
             .and_then(|r| common(r.options.as_ref(), r.keep_alive.as_ref(), None)),
-        _ => responses::decode_response_request(body).and_then(chat),
+        6 => responses::decode_response_request(body).and_then(chat),
+        _ => anthropic::decode_messages(body).and_then(chat),
     };
     if let Err(e) = r {
         assert_eq!(e.status.as_u16(), 400, "{}", e.message);

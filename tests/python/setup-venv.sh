@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Makes the virtualenv with the official `ollama` and `openai` Python clients (from PyPI) that the
-# end-to-end client tests run against a live daemon, and prints its path. Idempotent and cached
+# Makes the virtualenv with the official `ollama`, `openai` and `anthropic` Python clients (from
+# PyPI) that the end-to-end client tests run against a live daemon, and prints its path. Idempotent and cached
 # outside the repo (OLLAMARS_TEST_VENV, default ~/.cache/ollamars-test-venv): a second run only
 # checks that the pinned versions import.
 set -euo pipefail
 
 VENV="${OLLAMARS_TEST_VENV:-$HOME/.cache/ollamars-test-venv}"
 # Pinned so a client release cannot change the suite's result between two runs.
-PACKAGES=(ollama==0.6.3 openai==3.57.0)
+PACKAGES=(ollama==0.6.3 openai==3.57.0 anthropic==2.17.0)
 
 check() {
   "$VENV/bin/python" - "${PACKAGES[@]}" <<'PY' 2>/dev/null
@@ -17,7 +17,7 @@ for spec in sys.argv[1:]:
     name, want = spec.split("==")
     if version(name) != want:
         sys.exit(1)
-import ollama, openai  # noqa: F401
+import anthropic, ollama, openai  # noqa: F401
 PY
 }
 

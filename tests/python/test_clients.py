@@ -1,4 +1,4 @@
-"""The official `ollama` and `openai` Python clients against a live ollamars daemon.
+"""The official `ollama`, `openai` and `anthropic` Python clients against a live ollamars daemon.
 
 Run by tests/tests/python_clients.rs, which starts the daemon and a registry and sets:
   OLLAMA_HOST        the daemon (host:port)
@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 
+import anthropic
 import ollama
 import openai
 
@@ -25,6 +26,7 @@ CHAT = os.environ["TEST_CHAT_MODEL"]
 
 client = ollama.Client(host=f"http://{HOST}")
 oai = openai.OpenAI(base_url=f"http://{HOST}/v1", api_key="ollamars")
+claude = anthropic.Anthropic(base_url=f"http://{HOST}", api_key="ollamars")
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_current_weather",
@@ -187,10 +189,42 @@ def check_openai_responses():
     assert r.output_parsed.city == "Paris", r
 
 
+def check_anthropic_messages():
+    seed = {"options": {"seed": 1}}
+    m = claude.messages.create(model="tiny", max_tokens=3, extra_body=seed,
+                               messages=[{"role": "user", "content": "hi"}])
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 3, m
+    with claude.messages.stream(model="tiny", max_tokens=3, extra_body=seed,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+    assert text == m.content[0].text, (text, m)
+    # A tool round trip, the reply's blocks passed back as the assistant turn.
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    history = list(HISTORY)
+    m = claude.messages.create(model=CHAT, max_tokens=64, tools=tools, messages=history,
+                               extra_body={"temperature": 0})
+    use = next(b for b in m.content if b.type == "tool_use")
+    assert m.stop_reason == "tool_use" and "Paris" in use.input["city"], m
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                              "content": "21 degrees and sunny"}]}]
+    with claude.messages.stream(model=CHAT, max_tokens=64, tools=tools, messages=history,
+                                extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    assert final.content and final.usage.output_tokens > 0, final
+    try:
+        claude.messages.create(model="no-such-model", max_tokens=3,
+                               messages=[{"role": "user", "content": "x"}])
+        raise AssertionError("no error for a missing model")
+    except anthropic.NotFoundError:
+        pass
+
+
 CHECKS = [check_generate, check_chat_tools, check_embed,
           check_blobs_and_create, check_list_show_copy_ps_delete, check_push_pull,
           check_errors, check_openai_chat, check_openai_completions_embeddings_models,
-          check_openai_responses]
+          check_openai_responses, check_anthropic_messages]
 
 if __name__ == "__main__":
     print(f"ollama {ollama.__version__ if hasattr(ollama, '__version__') else '?'}, openai {openai.__version__}")

@@ -677,3 +677,66 @@ fn responses_api_whole_and_streamed() {
     assert_eq!(r.status(), 404);
     assert!(r.json::<Value>().unwrap()["error"]["message"].is_string());
 }
+
+#[test]
+fn anthropic_messages_whole_and_streamed() {
+    let d = tiny_daemon();
+    let body = json!({"model": "tiny", "max_tokens": 3, "system": "be brief",
+                      "messages": [{"role": "user", "content": "hi"}], "options": {"seed": 1}});
+    let one = d.post_ok("/v1/messages", &body);
+    assert_eq!(one["type"], "message", "{one}");
+    assert_eq!(one["role"], "assistant");
+    assert_eq!(one["model"], "tiny");
+    assert_eq!(one["stop_reason"], "max_tokens", "{one}");
+    assert_eq!(one["usage"]["output_tokens"], 3, "{one}");
+    assert!(one["usage"]["input_tokens"].as_u64().unwrap() > 0, "{one}");
+    let whole: String = one["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .map(|b| b["text"].as_str().unwrap())
+        .collect();
+
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    let r = d.post("/v1/messages", &stream);
+    assert_eq!(r.status(), 200);
+    let events: Vec<Value> = sse_data(r)
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types[..2], ["message_start", "ping"], "{types:?}");
+    assert_eq!(
+        types[types.len() - 2..],
+        ["message_delta", "message_stop"],
+        "{types:?}"
+    );
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .map(|e| e["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, whole, "the same seed streams the same text");
+    let delta = &events[events.len() - 2];
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens", "{delta}");
+    assert_eq!(delta["usage"]["output_tokens"], 3, "{delta}");
+
+    // Errors have Anthropic's shape.
+    let r = d.post(
+        "/v1/messages",
+        &json!({"model": "missing", "max_tokens": 3,
+        "messages": [{"role": "user", "content": "x"}]}),
+    );
+    assert_eq!(r.status(), 404);
+    let e = r.json::<Value>().unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["error"]["type"], "not_found_error", "{e}");
+    let r = d.post("/v1/messages", &json!({"model": "tiny", "messages": []}));
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.json::<Value>().unwrap()["error"]["type"],
+        "invalid_request_error"
+    );
+}

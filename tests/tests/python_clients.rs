@@ -1,4 +1,4 @@
-//! The official `ollama` and `openai` Python clients (PyPI, in the virtualenv that
+//! The official `ollama`, `openai` and `anthropic` Python clients (PyPI, in the virtualenv that
 //! tests/python/setup-venv.sh makes) run tests/python/test_clients.py against a live daemon,
 //! calling every client function, with push and pull through a local registry.
 
@@ -52,5 +52,5 @@ fn official_python_clients_work_unchanged() {
         String::from_utf8_lossy(&out.stderr),
         d.log()
     );
-    assert!(stdout.contains("ok   check_openai_responses"), "{stdout}");
+    assert!(stdout.contains("ok   check_anthropic_messages"), "{stdout}");
 }

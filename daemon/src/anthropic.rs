@@ -1,0 +1,720 @@
+//! Anthropic's Messages API, `POST /v1/messages`, as Ollama's `anthropic` package maps it onto a
+//! chat (so the `anthropic` clients and Claude Code work with `ANTHROPIC_BASE_URL` set to the
+//! daemon): `system` and the messages' blocks (`text`, `tool_use`, `tool_result`, `thinking`)
+//! become chat messages, `max_tokens` is `num_predict`, `stop_sequences` `stop`, `thinking` (or
+//! `output_config.effort`) `think`; the reply is content blocks (`thinking`, `text`,
+//! `tool_use`), whole or as Anthropic's SSE events (`message_start` … `message_stop`). Errors
+//! have Anthropic's shape. Unlike Ollama, `tool_choice` is honoured (`any` and `tool` constrain
+//! decoding to a call). The key may come as `x-api-key` (see `security`).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use engine::chat::{Message, ReplyDelta, Think, Tool, ToolCall};
+use engine::generate::runner::{Summary, TokenLogprob};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::api::{prepare_chat, CallCommon, ChatCall, Prepared};
+use crate::error::{ApiError, ApiResult};
+use crate::inference::{respond, respond_empty, Encoder, RunInfo};
+use crate::openai::tool_choice;
+use crate::server::AppState;
+use crate::util::{random_u64, tool_call_id};
+use crate::wire::parse_body;
+
+/// An error in Anthropic's shape.
+pub fn error_response(status: StatusCode, message: &str) -> Response {
+    let ty = match status {
+        StatusCode::BAD_REQUEST => "invalid_request_error",
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::FORBIDDEN => "permission_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        _ => "api_error",
+    };
+    let body = json!({"type": "error", "error": {"type": ty, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(msg)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct MessagesRequest {
+    model: Option<String>,
+    max_tokens: Option<i64>,
+    messages: Option<Vec<Value>>,
+    system: Option<Value>,
+    stream: Option<bool>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    stop_sequences: Option<Vec<String>>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    thinking: Option<Value>,
+    output_config: Option<Value>,
+    /// Extension: Ollama options (e.g. `num_ctx`).
+    options: Option<Map<String, Value>>,
+    keep_alive: Option<Value>,
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// Content as blocks: a string is one text block.
+fn blocks(content: Option<&Value>) -> ApiResult<Vec<Value>> {
+    match content {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![json!({"type": "text", "text": s})]),
+        Some(Value::Array(b)) => Ok(b.clone()),
+        Some(_) => Err(bad("content must be a string or an array of content blocks")),
+    }
+}
+
+/// The text of text blocks, joined as Ollama joins them (no separator); images are counted.
+fn text_of(content: Option<&Value>, images: &mut usize) -> ApiResult<String> {
+    let mut text = String::new();
+    for b in blocks(content)? {
+        match str_field(&b, "type") {
+            Some("text") => text.push_str(str_field(&b, "text").unwrap_or_default()),
+            Some("image") => *images += 1,
+            Some(t) => {
+                return Err(bad(format!(
+                    "unsupported content block type in a tool result: {t:?}"
+                )))
+            }
+            None => return Err(bad("a content block needs a \"type\"")),
+        }
+    }
+    Ok(text)
+}
+
+/// `system` and `messages` as chat messages, and the number of images they carry.
+fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<Message>, usize)> {
+    let mut out = Vec::new();
+    let mut images = 0;
+    match system {
+        None | Some(Value::Null) => {}
+        Some(s) => {
+            let text = text_of(Some(s), &mut images).map_err(|e| bad(format!("system: {}", e.message)))?;
+            if !text.is_empty() {
+                out.push(Message::new("system", text));
+            }
+        }
+    }
+    for (i, m) in messages.iter().enumerate() {
+        let at = |e: String| bad(format!("messages[{i}]: {e}"));
+        let role = match str_field(m, "role").map(str::to_lowercase).as_deref() {
+            Some("user") => "user",
+            Some("assistant") => "assistant",
+            other => {
+                return Err(at(format!(
+                    "invalid role {other:?} (must be \"user\" or \"assistant\")"
+                )))
+            }
+        };
+        let mut msg = Message::new(role, "");
+        let mut results = Vec::new();
+        for b in blocks(m.get("content")).map_err(|e| at(e.message))? {
+            match str_field(&b, "type") {
+                Some("text") => msg.content.push_str(str_field(&b, "text").unwrap_or_default()),
+                Some("image") => {
+                    msg.images += 1;
+                    images += 1;
+                }
+                Some("thinking") => msg.thinking = str_field(&b, "thinking").unwrap_or_default().to_string(),
+                // Opaque by design: there is nothing to give the model.
+                Some("redacted_thinking") => {}
+                Some("tool_use") => {
+                    let id = str_field(&b, "id").filter(|s| !s.is_empty());
+                    let name = str_field(&b, "name").filter(|s| !s.is_empty());
+                    let (Some(id), Some(name)) = (id, name) else {
+                        return Err(at("a tool_use block needs an \"id\" and a \"name\"".into()));
+                    };
+                    let arguments = match b.get("input") {
+                        None | Some(Value::Null) => Map::new(),
+                        Some(Value::Object(o)) => o.clone(),
+                        Some(_) => return Err(at("a tool_use block's input must be an object".into())),
+                    };
+                    msg.tool_calls.push(ToolCall {
+                        id: Some(id.to_string()),
+                        name: name.to_string(),
+                        arguments,
+                    });
+                }
+                Some("tool_result") => {
+                    let mut n = 0;
+                    let mut r = Message::new(
+                        "tool",
+                        text_of(b.get("content"), &mut n).map_err(|e| at(e.message))?,
+                    );
+                    r.images = n;
+                    images += n;
+                    r.tool_call_id = str_field(&b, "tool_use_id").map(str::to_string);
+                    r.tool_name = r.tool_call_id.as_deref().and_then(|id| {
+                        out.iter()
+                            .rev()
+                            .flat_map(|m: &Message| &m.tool_calls)
+                            .find(|c| c.id.as_deref() == Some(id))
+                            .map(|c| c.name.clone())
+                    });
+                    results.push(r);
+                }
+                Some(t) => return Err(at(format!("unsupported content block type {t:?}"))),
+                None => return Err(at("a content block needs a \"type\"".into())),
+            }
+        }
+        // A user turn's tool results answer the previous assistant turn, so they come first.
+        let has_body = !msg.content.is_empty()
+            || msg.images > 0
+            || !msg.tool_calls.is_empty()
+            || !msg.thinking.is_empty();
+        let only_results = !results.is_empty() && !has_body;
+        if role == "user" {
+            out.append(&mut results);
+        }
+        if has_body || (role == "user" && !only_results) {
+            out.push(msg);
+        }
+        out.append(&mut results);
+    }
+    Ok((out, images))
+}
+
+/// Anthropic's tools (`name`, `description`, `input_schema`) as chat tools. Anthropic's own
+/// tool types (web search, bash, text editor, computer) need Anthropic's servers or schemas.
+fn tools(list: &[Value]) -> ApiResult<Vec<Tool>> {
+    list.iter()
+        .map(|t| {
+            match str_field(t, "type") {
+                None | Some("custom") => {}
+                Some(other) => {
+                    return Err(bad(format!(
+                        "unsupported tool type {other:?}: ollamars runs custom tools only"
+                    )))
+                }
+            }
+            let name = str_field(t, "name")
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| bad("a tool needs a \"name\""))?;
+            let mut function = json!({ "name": name });
+            if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+                function["description"] = d.clone();
+            }
+            if let Some(s) = t.get("input_schema").filter(|s| !s.is_null()) {
+                function["parameters"] = s.clone();
+            }
+            Ok(Tool(json!({"type": "function", "function": function})))
+        })
+        .collect()
+}
+
+/// Anthropic's `tool_choice` (`auto`, `any`, `tool`, `none`) in the chat form.
+fn choose_tools(choice: Option<&Value>, offered: Vec<Tool>) -> ApiResult<(Vec<Tool>, Option<Vec<Tool>>)> {
+    let Some(c) = choice.filter(|c| !c.is_null()) else {
+        return Ok((offered, None));
+    };
+    let chat = match str_field(c, "type") {
+        Some("auto") => return Ok((offered, None)),
+        Some("none") => json!("none"),
+        Some("any") => json!("required"),
+        Some("tool") => {
+            json!({"type": "function", "function": {"name": c.get("name").cloned().unwrap_or(Value::Null)}})
+        }
+        _ => return Err(bad(format!("invalid tool_choice: {c}"))),
+    };
+    tool_choice(Some(&chat), offered)
+}
+
+/// `thinking` (`enabled`/`disabled`), else `output_config.effort`.
+fn think(thinking: Option<&Value>, output_config: Option<&Value>) -> ApiResult<Option<Think>> {
+    if let Some(t) = thinking.filter(|t| !t.is_null()) {
+        return match str_field(t, "type") {
+            Some("enabled") => Ok(Some(Think::On)),
+            Some("disabled") => Ok(Some(Think::Off)),
+            Some("adaptive") => Ok(None),
+            _ => Err(bad(format!("invalid thinking: {t}"))),
+        };
+    }
+    let effort = output_config
+        .and_then(|o| str_field(o, "effort"))
+        .map(|e| e.trim().to_lowercase());
+    Ok(match effort.as_deref() {
+        Some("xhigh") => Some(Think::Level("high".into())),
+        Some(l @ ("low" | "medium" | "high" | "max")) => Some(Think::Level(l.into())),
+        _ => None,
+    })
+}
+
+/// A `/v1/messages` body in engine terms: what the handler runs before any model is touched.
+fn messages_call(req: &MessagesRequest) -> ApiResult<ChatCall> {
+    let model = req
+        .model
+        .clone()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("model: Field required"))?;
+    let msgs = req.messages.as_deref().unwrap_or_default();
+    if msgs.is_empty() {
+        return Err(bad("messages: at least one message is required"));
+    }
+    let (messages, n_images) = chat_messages(req.system.as_ref(), msgs)?;
+    let mut options = req.options.clone().unwrap_or_default();
+    match req.max_tokens {
+        Some(n) if n < 1 => return Err(bad("max_tokens: must be at least 1")),
+        Some(n) => {
+            options.insert("num_predict".into(), json!(n));
+        }
+        None => {}
+    }
+    for (key, v) in [
+        ("temperature", req.temperature.map(|t| json!(t))),
+        ("top_p", req.top_p.map(|p| json!(p))),
+        ("top_k", req.top_k.map(|k| json!(k))),
+        (
+            "stop",
+            req.stop_sequences
+                .clone()
+                .filter(|s| !s.is_empty())
+                .map(|s| json!(s)),
+        ),
+    ] {
+        if let Some(v) = v {
+            options.insert(key.into(), v);
+        }
+    }
+    let (tools, required_tools) = choose_tools(
+        req.tool_choice.as_ref(),
+        tools(req.tools.as_deref().unwrap_or_default())?,
+    )?;
+    Ok(ChatCall {
+        common: CallCommon {
+            model,
+            options: Some(options),
+            format: None,
+            keep_alive: req.keep_alive.clone(),
+            think: think(req.thinking.as_ref(), req.output_config.as_ref())?,
+            truncate: None,
+            shift: None,
+            logprobs: None,
+            debug_render_only: false,
+            n_images,
+        },
+        messages,
+        tools,
+        required_tools,
+    })
+}
+
+/// Decodes a `/v1/messages` body as the handler does, without a server (fuzz/).
+#[doc(hidden)]
+pub fn decode_messages(body: &[u8]) -> ApiResult<ChatCall> {
+    messages_call(&parse_body(body)?)
+}
+
+pub async fn messages(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = crate::metrics::arrival();
+    let r = async {
+        let req: MessagesRequest = parse_body(&body)?;
+        let call = messages_call(&req)?;
+        let streaming = req.stream.unwrap_or(false);
+        let enc = MessagesEncoder::default();
+        Ok(match prepare_chat(&st, call, started).await? {
+            Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
+            Prepared::Run(run) => respond(*run, enc, streaming).await,
+        })
+    }
+    .await;
+    r.unwrap_or_else(|e: ApiError| error_response(e.status, &e.message))
+}
+
+fn stop_reason(s: &Summary, tool_calls: bool) -> &'static str {
+    match s.reason.as_str() {
+        "length" => "max_tokens",
+        _ if tool_calls => "tool_use",
+        _ => "end_turn",
+    }
+}
+
+fn tool_use_block(c: &ToolCall) -> Value {
+    json!({"type": "tool_use", "id": c.id.clone().unwrap_or_else(tool_call_id), "name": c.name,
+        "input": Value::Object(c.arguments.clone())})
+}
+
+#[derive(PartialEq)]
+enum Block {
+    Thinking,
+    Text,
+}
+
+/// `/v1/messages` answers. Streamed, content blocks are started, filled and stopped in order.
+struct MessagesEncoder {
+    id: String,
+    started: bool,
+    /// The index of the open block, or of the next one.
+    index: usize,
+    open: Option<Block>,
+    tool_used: bool,
+}
+
+impl Default for MessagesEncoder {
+    fn default() -> Self {
+        MessagesEncoder {
+            id: format!("msg_{:016x}{:08x}", random_u64(), random_u64() as u32),
+            started: false,
+            index: 0,
+            open: None,
+            tool_used: false,
+        }
+    }
+}
+
+fn event(ty: &str, mut data: Value) -> String {
+    data["type"] = json!(ty);
+    format!("event: {ty}\ndata: {data}\n\n")
+}
+
+impl MessagesEncoder {
+    fn start(&mut self, info: &RunInfo, out: &mut Vec<String>) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        let message = json!({"id": self.id, "type": "message", "role": "assistant", "model": info.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": info.prompt.len(), "output_tokens": 0}});
+        out.push(event("message_start", json!({ "message": message })));
+        out.push(event("ping", json!({})));
+    }
+
+    fn close(&mut self, out: &mut Vec<String>) {
+        if self.open.take().is_some() {
+            out.push(event("content_block_stop", json!({"index": self.index})));
+            self.index += 1;
+        }
+    }
+
+    /// Appends to a thinking or text block, starting it first if another kind is open.
+    fn append(&mut self, kind: Block, text: &str, out: &mut Vec<String>) {
+        let (block, delta) = match kind {
+            Block::Thinking => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                json!({"type": "thinking_delta", "thinking": text}),
+            ),
+            Block::Text => (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": text}),
+            ),
+        };
+        if self.open.as_ref() != Some(&kind) {
+            self.close(out);
+            out.push(event(
+                "content_block_start",
+                json!({"index": self.index, "content_block": block}),
+            ));
+            self.open = Some(kind);
+        }
+        out.push(event(
+            "content_block_delta",
+            json!({"index": self.index, "delta": delta}),
+        ));
+    }
+}
+
+impl Encoder for MessagesEncoder {
+    fn stream_content_type(&self) -> &'static str {
+        "text/event-stream"
+    }
+
+    fn output(&mut self, d: ReplyDelta, _: Vec<TokenLogprob>, info: &RunInfo) -> Vec<String> {
+        let mut out = Vec::new();
+        self.start(info, &mut out);
+        if !d.thinking.is_empty() {
+            self.append(Block::Thinking, &d.thinking, &mut out);
+        }
+        if !d.content.is_empty() {
+            self.append(Block::Text, &d.content, &mut out);
+        }
+        for c in &d.tool_calls {
+            self.close(&mut out);
+            let mut block = tool_use_block(c);
+            let input = std::mem::replace(&mut block["input"], json!({})).to_string();
+            out.push(event(
+                "content_block_start",
+                json!({"index": self.index, "content_block": block}),
+            ));
+            let delta = json!({"type": "input_json_delta", "partial_json": input});
+            out.push(event(
+                "content_block_delta",
+                json!({"index": self.index, "delta": delta}),
+            ));
+            out.push(event("content_block_stop", json!({"index": self.index})));
+            self.index += 1;
+            self.tool_used = true;
+        }
+        out
+    }
+
+    fn done(&mut self, s: &Summary, info: &RunInfo) -> Vec<String> {
+        let mut out = Vec::new();
+        self.start(info, &mut out);
+        self.close(&mut out);
+        let delta = json!({"stop_reason": stop_reason(s, self.tool_used), "stop_sequence": null});
+        let usage = json!({"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()});
+        out.push(event("message_delta", json!({"delta": delta, "usage": usage})));
+        out.push(event("message_stop", json!({})));
+        out
+    }
+
+    fn error(&mut self, msg: &str) -> String {
+        event("error", json!({"error": {"type": "api_error", "message": msg}}))
+    }
+
+    fn single(&mut self, all: ReplyDelta, _: Vec<TokenLogprob>, s: &Summary, info: &RunInfo) -> Value {
+        let mut content = Vec::new();
+        if !all.thinking.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": all.thinking, "signature": ""}));
+        }
+        if !all.content.is_empty() {
+            content.push(json!({"type": "text", "text": all.content}));
+        }
+        content.extend(all.tool_calls.iter().map(tool_use_block));
+        json!({"id": self.id, "type": "message", "role": "assistant", "model": info.model,
+            "content": content, "stop_reason": stop_reason(s, !all.tool_calls.is_empty()),
+            "stop_sequence": null,
+            "usage": {"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()}})
+    }
+
+    fn error_response(&self, e: ApiError) -> Response {
+        error_response(e.status, &e.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(body: Value) -> ApiResult<ChatCall> {
+        decode_messages(body.to_string().as_bytes())
+    }
+
+    fn err(body: Value) -> String {
+        match call(body) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => {
+                assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+                e.message
+            }
+        }
+    }
+
+    #[test]
+    fn system_blocks_and_a_tool_round_trip_become_chat_messages() {
+        let c = call(json!({"model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be "},
+            {"type": "text", "text": "brief.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "use the tool", "signature": "s"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                    "content": [{"type": "text", "text": "sunny"}]}, {"type": "text", "text": "And tomorrow?"}]},
+            ],
+            "tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object"}}],
+            "stop_sequences": ["END"], "temperature": 0.5, "top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}}))
+        .unwrap();
+        let m = &c.messages;
+        let roles: Vec<_> = m.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+        assert_eq!(m[0].content, "Be brief.");
+        assert_eq!(m[2].thinking, "use the tool");
+        assert_eq!(m[2].content, "Checking.");
+        assert_eq!(m[2].tool_calls[0].arguments["city"], "Paris");
+        assert_eq!(m[3].content, "sunny");
+        assert_eq!(m[3].tool_name.as_deref(), Some("weather"));
+        assert_eq!(m[4].content, "And tomorrow?");
+        let o = c.common.options.unwrap();
+        assert_eq!(o["num_predict"], 64);
+        assert_eq!(o["stop"], json!(["END"]));
+        assert_eq!(o["top_k"], 5);
+        // Anthropic's defaults are the model's: no temperature unless given.
+        assert_eq!(o["temperature"], 0.5);
+        assert!(o.get("top_p").is_none());
+        assert_eq!(c.common.think, Some(Think::On));
+        assert_eq!(c.tools[0].name(), "weather");
+        assert_eq!(c.tools[0].0["function"]["parameters"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn tool_choice_and_effort_map_to_the_chat_call() {
+        let tools = json!([{"name": "a"}, {"name": "b"}]);
+        let base = |choice: Value| {
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "tools": tools, "tool_choice": choice})
+        };
+        assert_eq!(
+            call(base(json!({"type": "tool", "name": "b"})))
+                .unwrap()
+                .required_tools
+                .unwrap()[0]
+                .name(),
+            "b"
+        );
+        assert_eq!(
+            call(base(json!({"type": "any"})))
+                .unwrap()
+                .required_tools
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(call(base(json!({"type": "none"}))).unwrap().tools.is_empty());
+        assert!(call(base(json!({"type": "auto"})))
+            .unwrap()
+            .required_tools
+            .is_none());
+        let c = call(
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "output_config": {"effort": "xhigh"}}),
+        )
+        .unwrap();
+        assert_eq!(c.common.think, Some(Think::Level("high".into())));
+    }
+
+    #[test]
+    fn what_cannot_be_served_is_refused_by_name() {
+        let user = json!([{"role": "user", "content": "x"}]);
+        assert!(err(json!({"messages": user})).contains("model"));
+        assert!(err(json!({"model": "m"})).contains("messages"));
+        assert!(err(json!({"model": "m", "messages": user, "max_tokens": 0})).contains("max_tokens"));
+        assert!(
+            err(json!({"model": "m", "messages": [{"role": "system", "content": "x"}]})).contains("role")
+        );
+        assert!(err(
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})
+        )
+        .contains("document"));
+        assert!(err(json!({"model": "m", "messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}))
+            .contains("id"));
+        assert!(err(json!({"model": "m", "messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}))
+            .contains("web_search"));
+        assert!(
+            err(json!({"model": "m", "messages": user, "tools": [{"name": "a"}],
+            "tool_choice": {"type": "tool", "name": "zz"}}))
+            .contains("zz")
+        );
+        assert!(
+            err(json!({"model": "m", "messages": user, "thinking": {"type": "sometimes"}}))
+                .contains("thinking")
+        );
+    }
+
+    fn summary(reason: engine::stop::DoneReason) -> Summary {
+        Summary {
+            reason,
+            prompt_tokens: 5,
+            cached_tokens: 0,
+            prompt_duration: Default::default(),
+            generated: vec![0; 4],
+            eval_duration: Default::default(),
+            context_shifts: 0,
+            slot: 0,
+        }
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            model: "m:latest".into(),
+            started: std::time::Instant::now(),
+            load_duration: Default::default(),
+            prompt: vec![1, 2, 3, 4, 5],
+            truncation: None,
+            context: false,
+        }
+    }
+
+    #[test]
+    fn a_stream_starts_fills_and_stops_each_block_in_order() {
+        let mut enc = MessagesEncoder::default();
+        let delta = |thinking: &str, content: &str, tool_calls: Vec<ToolCall>| ReplyDelta {
+            thinking: thinking.into(),
+            content: content.into(),
+            tool_calls,
+        };
+        let mut frames = enc.output(delta("hm", "", vec![]), vec![], &info());
+        frames.extend(enc.output(delta("m", "Sure", vec![]), vec![], &info()));
+        let call = ToolCall {
+            id: Some("toolu_9".into()),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
+        };
+        frames.extend(enc.output(delta("", "", vec![call]), vec![], &info()));
+        frames.extend(enc.done(&summary(engine::stop::DoneReason::Stop), &info()));
+        let ev: Vec<Value> = frames
+            .concat()
+            .split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                let (name, data) = f.split_once('\n').unwrap();
+                let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(name.strip_prefix("event: ").unwrap(), v["type"], "{f}");
+                v
+            })
+            .collect();
+        let shape: Vec<String> = ev
+            .iter()
+            .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["index"]))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "message_start null",
+                "ping null",
+                "content_block_start 0",
+                "content_block_delta 0",
+                "content_block_delta 0",
+                "content_block_stop 0",
+                "content_block_start 1",
+                "content_block_delta 1",
+                "content_block_stop 1",
+                "content_block_start 2",
+                "content_block_delta 2",
+                "content_block_stop 2",
+                "message_delta null",
+                "message_stop null",
+            ]
+        );
+        assert_eq!(ev[0]["message"]["usage"]["input_tokens"], 5);
+        assert_eq!(ev[2]["content_block"]["type"], "thinking");
+        assert_eq!(ev[4]["delta"]["thinking"], "m");
+        assert_eq!(ev[7]["delta"], json!({"type": "text_delta", "text": "Sure"}));
+        assert_eq!(ev[9]["content_block"]["input"], json!({}));
+        assert_eq!(ev[10]["delta"]["partial_json"], r#"{"city":"Paris"}"#);
+        assert_eq!(ev[12]["delta"]["stop_reason"], "tool_use");
+        assert_eq!(ev[12]["usage"]["output_tokens"], 4);
+    }
+
+    #[test]
+    fn a_whole_message_lists_its_blocks() {
+        let mut enc = MessagesEncoder::default();
+        let all = ReplyDelta {
+            thinking: String::new(),
+            content: "Paris".into(),
+            tool_calls: vec![],
+        };
+        let m = enc.single(all, vec![], &summary(engine::stop::DoneReason::Length), &info());
+        assert_eq!(m["type"], "message");
+        assert!(m["id"].as_str().unwrap().starts_with("msg_"));
+        assert_eq!(m["content"], json!([{"type": "text", "text": "Paris"}]));
+        assert_eq!(m["stop_reason"], "max_tokens");
+        assert_eq!(m["usage"], json!({"input_tokens": 5, "output_tokens": 4}));
+    }
+}
