@@ -90,7 +90,7 @@ fn text_of(content: Option<&Value>, images: &mut usize) -> ApiResult<String> {
             Some("image") => *images += 1,
             Some(t) => {
                 return Err(bad(format!(
-                    "unsupported content block type in a tool result: {t:?}"
+                    "unsupported content block type {t:?} (text and images only)"
                 )))
             }
             None => return Err(bad("a content block needs a \"type\"")),
@@ -154,10 +154,9 @@ fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<M
                 }
                 Some("tool_result") => {
                     let mut n = 0;
-                    let mut r = Message::new(
-                        "tool",
-                        text_of(b.get("content"), &mut n).map_err(|e| at(e.message))?,
-                    );
+                    let text = text_of(b.get("content"), &mut n)
+                        .map_err(|e| at(format!("tool_result: {}", e.message)))?;
+                    let mut r = Message::new("tool", text);
                     r.images = n;
                     images += n;
                     r.tool_call_id = str_field(&b, "tool_use_id").map(str::to_string);
@@ -615,6 +614,16 @@ mod tests {
             err(json!({"model": "m", "messages": user, "thinking": {"type": "sometimes"}}))
                 .contains("thinking")
         );
+        let e = err(
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": "t", "content": [{"type": "search_result"}]}]}]}),
+        );
+        assert!(
+            e.contains("messages[0]: tool_result: ") && e.contains("search_result"),
+            "{e}"
+        );
+        let e = err(json!({"model": "m", "messages": user, "system": [{"type": "document"}]}));
+        assert!(e.starts_with("system: ") && e.contains("document"), "{e}");
     }
 
     fn summary(reason: engine::stop::DoneReason) -> Summary {
