@@ -18,9 +18,9 @@ use engine::generate::runner::{Summary, TokenLogprob};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api::{prepare_chat, CallCommon, ChatCall, Prepared};
+use crate::api::{prepare_chat, CallCommon, ChatCall};
 use crate::error::{ApiError, ApiResult};
-use crate::inference::{respond, respond_empty, Encoder, RunInfo};
+use crate::inference::{Encoder, RunInfo};
 use crate::openai::tool_choice;
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id};
@@ -327,10 +327,10 @@ pub async fn messages(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
         let call = messages_call(&req)?;
         let streaming = req.stream.unwrap_or(false);
         let enc = MessagesEncoder::default();
-        Ok(match prepare_chat(&st, call, started).await? {
-            Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
-            Prepared::Run(run) => respond(*run, enc, streaming).await,
-        })
+        Ok(prepare_chat(&st, call, started)
+            .await?
+            .respond_with(enc, streaming)
+            .await)
     }
     .await;
     r.unwrap_or_else(|e: ApiError| error_response(e.status, &e.message))

@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{
     check_images, engine_error, find_model, fit_tokens, is_unload, load_answer, model_messages,
-    model_options, render_fitting, respond, start, tokenize, ChatNdjson, Fitted, GenerateNdjson, Plan,
-    RunInfo, Running, StoreModel,
+    model_options, render_fitting, respond, respond_empty, start, tokenize, ChatNdjson, Encoder, Fitted,
+    GenerateNdjson, Plan, RunInfo, Running, StoreModel,
 };
 use crate::options::Options;
 use crate::scheduler::Lease;
@@ -44,6 +44,18 @@ fn engine_400(e: engine::Error) -> ApiError {
 pub enum Prepared {
     Run(Box<Running>),
     Answer(Value),
+}
+
+impl Prepared {
+    /// A compatibility endpoint's answer: the generation encoded by `enc` or, when there was
+    /// nothing to generate (a load or an unload), `enc`'s empty reply, so its clients get their
+    /// own shapes and never Ollama's native object.
+    pub async fn respond_with<E: Encoder>(self, enc: E, streaming: bool) -> Response {
+        match self {
+            Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
+            Prepared::Run(run) => respond(*run, enc, streaming).await,
+        }
+    }
 }
 
 /// What chat and generate requests share, in engine terms.

@@ -18,10 +18,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::api::{
-    embed_texts, input_texts, prepare_chat, prepare_generate, CallCommon, ChatCall, GenerateCall, Prepared,
+    embed_texts, input_texts, prepare_chat, prepare_generate, CallCommon, ChatCall, GenerateCall,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::inference::{logprobs_json, respond, respond_empty, Encoder, RunInfo};
+use crate::inference::{logprobs_json, Encoder, RunInfo};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
 use crate::wire::parse_body;
@@ -397,10 +397,10 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> R
                 tool_sent: false,
                 tool_index: 0,
             };
-            Ok(match prepare_chat(&st, call, started).await? {
-                Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
-                Prepared::Run(run) => respond(*run, enc, streaming).await,
-            })
+            Ok(prepare_chat(&st, call, started)
+                .await?
+                .respond_with(enc, streaming)
+                .await)
         }
         .await,
     )
@@ -658,10 +658,10 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Respon
                 include_usage: req.stream_options.as_ref().is_some_and(|s| s.include_usage),
             };
             let streaming = req.stream.unwrap_or(false);
-            Ok(match prepare_generate(&st, call, started).await? {
-                Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
-                Prepared::Run(run) => respond(*run, enc, streaming).await,
-            })
+            Ok(prepare_generate(&st, call, started)
+                .await?
+                .respond_with(enc, streaming)
+                .await)
         }
         .await,
     )

@@ -22,9 +22,9 @@ use engine::generate::runner::{Summary, TokenLogprob};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api::{prepare_chat, CallCommon, ChatCall, Prepared};
+use crate::api::{prepare_chat, CallCommon, ChatCall};
 use crate::error::{ApiError, ApiResult};
-use crate::inference::{logprobs_json, respond, respond_empty, Encoder, RunInfo};
+use crate::inference::{logprobs_json, Encoder, RunInfo};
 use crate::openai::{sampling_options, think_from_effort, tool_choice, Sampling};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
@@ -442,10 +442,10 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Bytes) -> Response
         let call = responses_call(&req)?;
         let streaming = req.stream.unwrap_or(false);
         let enc = ResponseEncoder::new(echo(&req));
-        Ok(match prepare_chat(&st, call, started).await? {
-            Prepared::Answer(v) => respond_empty(enc, v["model"].as_str().unwrap_or_default(), streaming),
-            Prepared::Run(run) => respond(*run, enc, streaming).await,
-        })
+        Ok(prepare_chat(&st, call, started)
+            .await?
+            .respond_with(enc, streaming)
+            .await)
     }
     .await;
     r.unwrap_or_else(ApiError::openai)
