@@ -500,155 +500,7 @@ impl Encoder for MessagesEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn call(body: Value) -> ApiResult<ChatCall> {
-        decode_messages(body.to_string().as_bytes())
-    }
-
-    fn err(body: Value) -> String {
-        match call(body) {
-            Ok(_) => panic!("accepted"),
-            Err(e) => {
-                assert_eq!(e.status.as_u16(), 400, "{}", e.message);
-                e.message
-            }
-        }
-    }
-
-    #[test]
-    fn system_blocks_and_a_tool_round_trip_become_chat_messages() {
-        let c = call(json!({"model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be "},
-            {"type": "text", "text": "brief.", "cache_control": {"type": "ephemeral"}}],
-            "messages": [
-                {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": [{"type": "thinking", "thinking": "use the tool", "signature": "s"},
-                    {"type": "text", "text": "Checking."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                    "content": [{"type": "text", "text": "sunny"}]}, {"type": "text", "text": "And tomorrow?"}]},
-            ],
-            "tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object"}}],
-            "stop_sequences": ["END"], "temperature": 0.5, "top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}}))
-        .unwrap();
-        let m = &c.messages;
-        let roles: Vec<_> = m.iter().map(|m| m.role.as_str()).collect();
-        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
-        assert_eq!(m[0].content, "Be brief.");
-        assert_eq!(m[2].thinking, "use the tool");
-        assert_eq!(m[2].content, "Checking.");
-        assert_eq!(m[2].tool_calls[0].arguments["city"], "Paris");
-        assert_eq!(m[3].content, "sunny");
-        assert_eq!(m[3].tool_name.as_deref(), Some("weather"));
-        assert_eq!(m[4].content, "And tomorrow?");
-        let o = c.common.options.unwrap();
-        assert_eq!(o["num_predict"], 64);
-        assert_eq!(o["stop"], json!(["END"]));
-        assert_eq!(o["top_k"], 5);
-        // Anthropic's defaults are the model's: no temperature unless given.
-        assert_eq!(o["temperature"], 0.5);
-        assert!(o.get("top_p").is_none());
-        assert_eq!(c.common.think, Some(Think::On));
-        assert_eq!(c.tools[0].name(), "weather");
-        assert_eq!(c.tools[0].0["function"]["parameters"], json!({"type": "object"}));
-    }
-
-    #[test]
-    fn tool_choice_and_effort_map_to_the_chat_call() {
-        let tools = json!([{"name": "a"}, {"name": "b"}]);
-        let base = |choice: Value| {
-            json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
-            "tools": tools, "tool_choice": choice})
-        };
-        assert_eq!(
-            call(base(json!({"type": "tool", "name": "b"})))
-                .unwrap()
-                .required_tools
-                .unwrap()[0]
-                .name(),
-            "b"
-        );
-        assert_eq!(
-            call(base(json!({"type": "any"})))
-                .unwrap()
-                .required_tools
-                .unwrap()
-                .len(),
-            2
-        );
-        assert!(call(base(json!({"type": "none"}))).unwrap().tools.is_empty());
-        assert!(call(base(json!({"type": "auto"})))
-            .unwrap()
-            .required_tools
-            .is_none());
-        let c = call(
-            json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
-            "output_config": {"effort": "xhigh"}}),
-        )
-        .unwrap();
-        assert_eq!(c.common.think, Some(Think::Level("high".into())));
-    }
-
-    #[test]
-    fn what_cannot_be_served_is_refused_by_name() {
-        let user = json!([{"role": "user", "content": "x"}]);
-        assert!(err(json!({"messages": user})).contains("model"));
-        assert!(err(json!({"model": "m"})).contains("messages"));
-        assert!(err(json!({"model": "m", "messages": user, "max_tokens": 0})).contains("max_tokens"));
-        assert!(
-            err(json!({"model": "m", "messages": [{"role": "system", "content": "x"}]})).contains("role")
-        );
-        assert!(err(
-            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})
-        )
-        .contains("document"));
-        assert!(err(json!({"model": "m", "messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}))
-            .contains("id"));
-        assert!(err(json!({"model": "m", "messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}))
-            .contains("web_search"));
-        assert!(
-            err(json!({"model": "m", "messages": user, "tools": [{"name": "a"}],
-            "tool_choice": {"type": "tool", "name": "zz"}}))
-            .contains("zz")
-        );
-        assert!(
-            err(json!({"model": "m", "messages": user, "thinking": {"type": "sometimes"}}))
-                .contains("thinking")
-        );
-        let e = err(
-            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "tool_result",
-            "tool_use_id": "t", "content": [{"type": "search_result"}]}]}]}),
-        );
-        assert!(
-            e.contains("messages[0]: tool_result: ") && e.contains("search_result"),
-            "{e}"
-        );
-        let e = err(json!({"model": "m", "messages": user, "system": [{"type": "document"}]}));
-        assert!(e.starts_with("system: ") && e.contains("document"), "{e}");
-    }
-
-    fn summary(reason: engine::stop::DoneReason) -> Summary {
-        Summary {
-            reason,
-            prompt_tokens: 5,
-            cached_tokens: 0,
-            prompt_duration: Default::default(),
-            generated: vec![0; 4],
-            eval_duration: Default::default(),
-            context_shifts: 0,
-            slot: 0,
-        }
-    }
-
-    fn info() -> RunInfo {
-        RunInfo {
-            model: "m:latest".into(),
-            started: std::time::Instant::now(),
-            load_duration: Default::default(),
-            prompt: vec![1, 2, 3, 4, 5],
-            truncation: None,
-            context: false,
-        }
-    }
+    use crate::inference::testing::{info, summary, typed_events};
 
     #[test]
     fn a_stream_starts_fills_and_stops_each_block_in_order() {
@@ -666,18 +518,8 @@ mod tests {
             arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
         };
         frames.extend(enc.output(delta("", "", vec![call]), vec![], &info()));
-        frames.extend(enc.done(&summary(engine::stop::DoneReason::Stop), &info()));
-        let ev: Vec<Value> = frames
-            .concat()
-            .split("\n\n")
-            .filter(|f| !f.is_empty())
-            .map(|f| {
-                let (name, data) = f.split_once('\n').unwrap();
-                let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
-                assert_eq!(name.strip_prefix("event: ").unwrap(), v["type"], "{f}");
-                v
-            })
-            .collect();
+        frames.extend(enc.done(&summary(engine::stop::DoneReason::Stop, 4), &info()));
+        let ev = typed_events(&frames);
         let shape: Vec<String> = ev
             .iter()
             .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["index"]))
@@ -719,7 +561,12 @@ mod tests {
             content: "Paris".into(),
             tool_calls: vec![],
         };
-        let m = enc.single(all, vec![], &summary(engine::stop::DoneReason::Length), &info());
+        let m = enc.single(
+            all,
+            vec![],
+            &summary(engine::stop::DoneReason::Length, 4),
+            &info(),
+        );
         assert_eq!(m["type"], "message");
         assert!(m["id"].as_str().unwrap().starts_with("msg_"));
         assert_eq!(m["content"], json!([{"type": "text", "text": "Paris"}]));

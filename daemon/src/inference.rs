@@ -728,3 +728,50 @@ pub fn check_images(model: &str, n_images: usize) -> ApiResult<()> {
 pub fn is_unload(k: Option<KeepAlive>) -> bool {
     k.is_some_and(|k| k.is_zero())
 }
+
+/// Fixtures for the encoders' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A generation of `generated` tokens after a 5-token prompt, 2 of them cached.
+    pub fn summary(reason: DoneReason, generated: usize) -> Summary {
+        Summary {
+            reason,
+            prompt_tokens: 5,
+            cached_tokens: 2,
+            prompt_duration: Duration::ZERO,
+            generated: vec![0; generated],
+            eval_duration: Duration::ZERO,
+            context_shifts: 0,
+            slot: 0,
+        }
+    }
+
+    /// A run of model `m:latest` on a 5-token prompt.
+    pub fn info() -> RunInfo {
+        RunInfo {
+            model: "m:latest".into(),
+            started: Instant::now(),
+            load_duration: Duration::ZERO,
+            prompt: vec![1, 2, 3, 4, 5],
+            truncation: None,
+            context: false,
+        }
+    }
+
+    /// The events of `event: NAME` + `data: JSON` frames, checking that each names its `type`.
+    pub fn typed_events(frames: &[String]) -> Vec<Value> {
+        frames
+            .concat()
+            .split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                let (name, data) = f.split_once('\n').unwrap();
+                let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(name.strip_prefix("event: ").unwrap(), v["type"], "{f}");
+                v
+            })
+            .collect()
+    }
+}
