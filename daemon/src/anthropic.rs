@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::api::{prepare_chat, CallCommon, ChatCall};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{logged, ApiError, ApiResult};
 use crate::inference::{Encoder, RunInfo};
 use crate::openai::tool_choice;
 use crate::server::AppState;
@@ -39,7 +39,7 @@ pub fn error_response(status: StatusCode, message: &str) -> Response {
         _ => "api_error",
     };
     let body = json!({"type": "error", "error": {"type": ty, "message": message}});
-    (status, axum::Json(body)).into_response()
+    logged((status, axum::Json(body)).into_response(), message)
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -114,12 +114,16 @@ fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<M
     }
     for (i, m) in messages.iter().enumerate() {
         let at = |e: String| bad(format!("messages[{i}]: {e}"));
+        // Claude Code sends "system" turns mid-conversation (its beta
+        // mid-conversation-system); they stay system messages, as in Ollama.
         let role = match str_field(m, "role").map(str::to_lowercase).as_deref() {
             Some("user") => "user",
             Some("assistant") => "assistant",
+            Some("system") => "system",
             other => {
                 return Err(at(format!(
-                    "invalid role {other:?} (must be \"user\" or \"assistant\")"
+                    "invalid role \"{}\" (must be \"user\", \"assistant\" or \"system\")",
+                    other.unwrap_or_default()
                 )))
             }
         };
@@ -235,24 +239,26 @@ fn choose_tools(choice: Option<&Value>, offered: Vec<Tool>) -> ApiResult<(Vec<To
     tool_choice(Some(&chat), offered)
 }
 
-/// `thinking` (`enabled`/`disabled`), else `output_config.effort`.
+/// `thinking`: `enabled` (at the level of `output_config.effort`, if given), `disabled`, or
+/// `adaptive` (the model's default). Effort alone leaves thinking to the model: Claude Code
+/// sends it on every request, and a model that cannot think must still answer.
 fn think(thinking: Option<&Value>, output_config: Option<&Value>) -> ApiResult<Option<Think>> {
-    if let Some(t) = thinking.filter(|t| !t.is_null()) {
-        return match str_field(t, "type") {
-            Some("enabled") => Ok(Some(Think::On)),
-            Some("disabled") => Ok(Some(Think::Off)),
-            Some("adaptive") => Ok(None),
-            _ => Err(bad(format!("invalid thinking: {t}"))),
-        };
-    }
+    let Some(t) = thinking.filter(|t| !t.is_null()) else {
+        return Ok(None);
+    };
     let effort = output_config
         .and_then(|o| str_field(o, "effort"))
         .map(|e| e.trim().to_lowercase());
-    Ok(match effort.as_deref() {
-        Some("xhigh") => Some(Think::Level("high".into())),
-        Some(l @ ("low" | "medium" | "high" | "max")) => Some(Think::Level(l.into())),
-        _ => None,
-    })
+    match str_field(t, "type") {
+        Some("enabled") => Ok(Some(match effort.as_deref() {
+            Some("xhigh") => Think::Level("high".into()),
+            Some(l @ ("low" | "medium" | "high" | "max")) => Think::Level(l.into()),
+            _ => Think::On,
+        })),
+        Some("disabled") => Ok(Some(Think::Off)),
+        Some("adaptive") => Ok(None),
+        _ => Err(bad(format!("invalid thinking: {t}"))),
+    }
 }
 
 /// A `/v1/messages` body in engine terms: what the handler runs before any model is touched.

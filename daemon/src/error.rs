@@ -69,14 +69,25 @@ impl ApiError {
             _ => "api_error",
         };
         let body = json!({"error": {"message": self.message, "type": ty, "param": null, "code": null}});
-        (self.status, axum::Json(body)).into_response()
+        logged((self.status, axum::Json(body)).into_response(), &self.message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+        let resp = (self.status, axum::Json(json!({ "error": self.message }))).into_response();
+        logged(resp, &self.message)
     }
+}
+
+/// An error response's message, for the request's log line (`server::trace`).
+#[derive(Clone, Debug)]
+pub struct ErrorMessage(pub String);
+
+/// `resp` carrying its error message to the log.
+pub fn logged(mut resp: Response, message: &str) -> Response {
+    resp.extensions_mut().insert(ErrorMessage(message.to_string()));
+    resp
 }
 
 /// A registry error as an API error: bad names and requests are 400, missing models 404.

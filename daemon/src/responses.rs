@@ -130,6 +130,9 @@ fn reasoning_text(item: &Value) -> String {
     }
 }
 
+/// The roles an input message may have, as the error that refuses another names them.
+const INPUT_ROLES: &str = r#"(must be "user", "assistant", "system" or "developer")"#;
+
 /// `instructions` and `input` as chat messages, and the number of images they carry.
 fn input_messages(instructions: Option<&str>, input: Option<&Value>) -> ApiResult<(Vec<Message>, usize)> {
     let mut out: Vec<Message> = Vec::new();
@@ -157,7 +160,10 @@ fn input_messages(instructions: Option<&str>, input: Option<&Value>) -> ApiResul
                     Some("developer" | "system") => "system",
                     Some("user") => "user",
                     Some("assistant") => "assistant",
-                    other => return Err(at(format!("invalid role {other:?}"))),
+                    other => {
+                        let role = other.unwrap_or_default();
+                        return Err(at(format!("invalid role \"{role}\" {INPUT_ROLES}")));
+                    }
                 };
                 let mut n_images = 0;
                 let text = content_text(item.get("content"), &mut n_images).map_err(|e| at(e.message))?;
@@ -462,6 +468,8 @@ fn echo(req: &ResponsesRequest) -> Map<String, Value> {
         .as_ref()
         .and_then(|t| t.format.clone())
         .filter(|f| !f.is_null());
+    // OpenAI's default is "disabled"; without the field a chat drops its oldest messages to fit
+    // the context, as Ollama's does, so the echo says what happened.
     let truncation = req.truncation.clone().unwrap_or_else(|| "auto".into());
     let v = json!({
         "previous_response_id": null,

@@ -226,7 +226,7 @@ pub fn reject(path: &str, status: StatusCode, message: String) -> Response {
         let body = serde_json::json!({"error": {
             "message": e.message, "type": "invalid_request_error", "param": null, "code": code,
         }});
-        (status, axum::Json(body)).into_response()
+        crate::error::logged((status, axum::Json(body)).into_response(), &e.message)
     } else {
         e.into_response()
     };

@@ -17,6 +17,7 @@ use axum::Router;
 use tracing::Instrument;
 
 use crate::config::{Config, Listen};
+use crate::error::ErrorMessage;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::{anthropic, api, metrics, models, openai, responses, security};
 
@@ -221,11 +222,11 @@ async fn trace(req: Request, next: Next) -> Response {
     let t0 = Instant::now();
     let mut resp = next.run(req).instrument(span.clone()).await;
     span.in_scope(|| {
-        tracing::info!(
-            status = resp.status().as_u16(),
-            latency_ms = t0.elapsed().as_millis() as u64,
-            "answered"
-        );
+        let (status, latency_ms) = (resp.status().as_u16(), t0.elapsed().as_millis() as u64);
+        match resp.extensions().get::<ErrorMessage>() {
+            Some(ErrorMessage(error)) => tracing::info!(status, latency_ms, error, "answered"),
+            None => tracing::info!(status, latency_ms, "answered"),
+        }
     });
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);

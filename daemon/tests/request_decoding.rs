@@ -225,6 +225,10 @@ fn responses_tool_choice_and_text_format_map_to_the_chat_call() {
 
 #[test]
 fn responses_refuse_what_cannot_be_served_by_name() {
+    assert_eq!(
+        responses_refused(json!({"model": "m", "input": [{"role": "tool", "content": "x"}]})),
+        r#"input[0]: invalid role "tool" (must be "user", "assistant", "system" or "developer")"#
+    );
     assert!(responses_refused(json!({"input": "x"})).contains("model"));
     assert!(responses_refused(json!({"model": "m"})).contains("input"));
     assert!(
@@ -338,12 +342,32 @@ fn messages_tool_choice_and_effort_map_to_the_chat_call() {
         .unwrap()
         .required_tools
         .is_none());
+    // Effort sets the level of thinking that is enabled; alone (as Claude Code sends it on every
+    // request) it leaves thinking to the model, so a model that cannot think still answers.
+    let think = |thinking: Value| {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "thinking": thinking, "output_config": {"effort": "xhigh"}});
+        messages(body).unwrap().common.think
+    };
+    assert_eq!(
+        think(json!({"type": "enabled", "budget_tokens": 1024})),
+        Some(Think::Level("high".into()))
+    );
+    assert_eq!(think(json!({"type": "disabled"})), Some(Think::Off));
+    assert_eq!(think(json!({"type": "adaptive"})), None);
+    assert_eq!(think(Value::Null), None);
+    // A "system" turn mid-conversation (Claude Code's mid-conversation-system) stays one.
     let c = messages(
-        json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
-        "output_config": {"effort": "xhigh"}}),
+        json!({"model": "m", "messages": [{"role": "user", "content": "a"},
+        {"role": "system", "content": "agents: x"}, {"role": "user", "content": "b"}]}),
     )
     .unwrap();
-    assert_eq!(c.common.think, Some(Think::Level("high".into())));
+    let roles: Vec<_> = c
+        .messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    assert_eq!(roles, [("user", "a"), ("system", "agents: x"), ("user", "b")]);
 }
 
 #[test]
@@ -354,9 +378,9 @@ fn messages_refuse_what_cannot_be_served_by_name() {
     assert!(
         messages_refused(json!({"model": "m", "messages": user, "max_tokens": 0})).contains("max_tokens")
     );
-    assert!(
-        messages_refused(json!({"model": "m", "messages": [{"role": "system", "content": "x"}]}))
-            .contains("role")
+    assert_eq!(
+        messages_refused(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})),
+        r#"messages[0]: invalid role "tool" (must be "user", "assistant" or "system")"#
     );
     assert!(messages_refused(
         json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})

@@ -93,9 +93,30 @@ fn a_log_to_a_file_has_no_color_codes() {
         "/api/generate",
         &json!({"model": "tiny", "prompt": "hi", "stream": false, "options": {"num_predict": 2}}),
     );
+    // A refused request's line says why, whatever the endpoint's error shape.
+    for (path, body) in [
+        (
+            "/api/generate",
+            json!({"model": "tiny", "prompt": "hi", "options": {"top_k": "x"}}),
+        ),
+        ("/v1/chat/completions", json!({"model": "tiny", "messages": []})),
+        (
+            "/v1/messages",
+            json!({"model": "tiny", "messages": [{"role": "tool", "content": "x"}]}),
+        ),
+    ] {
+        assert_eq!(d.post(path, &body).status(), 400, "{path}");
+    }
     let log = d.log();
     assert!(log.contains("model loaded") && log.contains("answered"), "{log}");
     assert!(!log.contains('\x1b'), "escape codes in the log:\n{log:?}");
+    for error in [
+        r#"error="option \"top_k\" must be"#,
+        r#"error="[] is too short - 'messages'""#,
+        r#"error="messages[0]: invalid role \"tool\""#,
+    ] {
+        assert!(log.contains(error), "no {error} in:\n{log}");
+    }
 }
 
 /// The time to first token is observed from the request's arrival: a body that comes 500 ms
