@@ -1,11 +1,12 @@
 //! Anthropic's Messages API, `POST /v1/messages`, as Ollama's `anthropic` package maps it onto a
 //! chat (so the `anthropic` clients and Claude Code work with `ANTHROPIC_BASE_URL` set to the
 //! daemon): `system` and the messages' blocks (`text`, `tool_use`, `tool_result`, `thinking`)
-//! become chat messages, `max_tokens` is `num_predict`, `stop_sequences` `stop`, `thinking` (or
-//! `output_config.effort`) `think`; the reply is content blocks (`thinking`, `text`,
+//! become chat messages, `max_tokens` is `num_predict`, `stop_sequences` `stop`, `thinking`
+//! `think` (at `output_config.effort`'s level); the reply is content blocks (`thinking`, `text`,
 //! `tool_use`), whole or as Anthropic's SSE events (`message_start` … `message_stop`). Errors
 //! have Anthropic's shape. Unlike Ollama, `tool_choice` is honoured (`any` and `tool` constrain
-//! decoding to a call). The key may come as `x-api-key` (see `security`).
+//! decoding to a call). `/v1/messages/count_tokens` counts exactly. The key may come as
+//! `x-api-key` (see `security`).
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use engine::generate::runner::{Summary, TokenLogprob};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api::{prepare_chat, CallCommon, ChatCall};
+use crate::api::{prepare_chat, CallCommon, ChatCall, Prepared};
 use crate::error::{logged, ApiError, ApiResult};
 use crate::inference::{Encoder, RunInfo};
 use crate::openai::tool_choice;
@@ -340,6 +341,30 @@ pub async fn messages(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
     }
     .await;
     r.unwrap_or_else(|e: ApiError| error_response(e.status, &e.message))
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's exact length in the model's tokens, its
+/// template rendered and tokenized as for a generation (Ollama estimates a quarter of the
+/// characters). The model is loaded to read its vocabulary.
+pub async fn count_tokens(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = crate::metrics::arrival();
+    let r = async {
+        let req: MessagesRequest = parse_body(&body)?;
+        let mut call = messages_call(&req)?;
+        call.common.debug_render_only = true;
+        call.common.truncate = Some(false);
+        match prepare_chat(&st, call, started).await? {
+            Prepared::Answer(v) => v["_debug_info"]["prompt_tokens"]
+                .as_u64()
+                .ok_or_else(|| ApiError::internal("the prompt was not rendered")),
+            Prepared::Run(_) => Err(ApiError::internal("a count started a generation")),
+        }
+    }
+    .await;
+    match r {
+        Ok(n) => axum::Json(json!({ "input_tokens": n })).into_response(),
+        Err(e) => error_response(e.status, &e.message),
+    }
 }
 
 fn stop_reason(s: &Summary, tool_calls: bool) -> &'static str {

@@ -185,10 +185,11 @@ async fn prelude(
     }))
 }
 
-/// The answer of `_debug_render_only`: the rendered prompt, no generation.
-fn rendered_answer(model: &str, chat: bool, text: &str) -> Prepared {
+/// The answer of `_debug_render_only`: the rendered prompt and its length in tokens (before
+/// any truncation), no generation.
+fn rendered_answer(model: &str, chat: bool, text: &str, prompt_tokens: usize) -> Prepared {
     let mut v = json!({"model": model, "created_at": rfc3339(std::time::SystemTime::now()), "done": true,
-        "_debug_info": {"rendered_template": text}});
+        "_debug_info": {"rendered_template": text, "prompt_tokens": prompt_tokens}});
     if chat {
         v["message"] = json!({"role": "assistant", "content": ""});
     } else {
@@ -242,7 +243,7 @@ pub async fn prepare_chat(st: &AppState, call: ChatCall, started: Instant) -> Ap
         .map_err(|e| ApiError::internal(e.to_string()))??
     };
     if c.debug_render_only {
-        return Ok(rendered_answer(&c.model, true, &text));
+        return Ok(rendered_answer(&c.model, true, &text, original_tokens));
     }
     let truncation = fit_tokens(
         &mut tokens,
@@ -404,9 +405,6 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
             .map_err(engine_400)?
         }
     };
-    if c.debug_render_only {
-        return Ok(rendered_answer(&c.model, false, &text));
-    }
     let mut tokens = if context_ids.is_empty() {
         tokenize(&loaded, &text)
     } else {
@@ -414,6 +412,9 @@ pub async fn prepare_generate(st: &AppState, g: GenerateCall, started: Instant) 
         context_ids
     };
     let original = tokens.len();
+    if c.debug_render_only {
+        return Ok(rendered_answer(&c.model, false, &text, original));
+    }
     let truncation = fit_tokens(
         &mut tokens,
         n_ctx,

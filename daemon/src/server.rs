@@ -262,6 +262,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models::openai_models))
         .route("/v1/models/{*model}", get(models::openai_model))
         .route("/metrics", get(metrics::handler))

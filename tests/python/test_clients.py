@@ -206,6 +206,8 @@ def check_anthropic_messages():
                                extra_body={"temperature": 0})
     use = next(b for b in m.content if b.type == "tool_use")
     assert m.stop_reason == "tool_use" and "Paris" in use.input["city"], m
+    count = claude.messages.count_tokens(model=CHAT, tools=tools, messages=history)
+    assert count.input_tokens == m.usage.input_tokens, (count, m.usage)
     history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
                                               "content": "21 degrees and sunny"}]}]

@@ -723,7 +723,21 @@ fn anthropic_messages_whole_and_streamed() {
     assert_eq!(delta["delta"]["stop_reason"], "max_tokens", "{delta}");
     assert_eq!(delta["usage"]["output_tokens"], 3, "{delta}");
 
+    // count_tokens: exactly the prompt the generation read.
+    let count = d.post_ok("/v1/messages/count_tokens", &body);
+    assert_eq!(
+        count,
+        json!({"input_tokens": one["usage"]["input_tokens"]}),
+        "{one}"
+    );
+
     // Errors have Anthropic's shape.
+    let r = d.post(
+        "/v1/messages/count_tokens",
+        &json!({"model": "missing", "messages": [{"role": "user", "content": "x"}]}),
+    );
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.json::<Value>().unwrap()["error"]["type"], "not_found_error");
     let r = d.post(
         "/v1/messages",
         &json!({"model": "missing", "max_tokens": 3,
