@@ -701,6 +701,7 @@ pub fn respond_empty<E: Encoder>(mut enc: E, model: &str, streaming: bool) -> Re
         generated: Vec::new(),
         eval_duration: Duration::ZERO,
         context_shifts: 0,
+        thinking_tokens: 0,
         slot: 0,
     };
     if !streaming {
@@ -744,6 +745,7 @@ pub(crate) mod testing {
             generated: vec![0; generated],
             eval_duration: Duration::ZERO,
             context_shifts: 0,
+            thinking_tokens: 0,
             slot: 0,
         }
     }

@@ -458,6 +458,7 @@ mod tests {
             eval_duration: Duration::from_millis(200),
             reason: engine::stop::DoneReason::Stop,
             context_shifts: 0,
+            thinking_tokens: 0,
             slot: 0,
         }
     }

@@ -324,6 +324,26 @@ fn think_splits_thinking_from_content_with_a_thinking_template() {
     );
     assert_eq!(r["message"]["thinking"].as_str(), Some(thinking), "{r}");
     assert_eq!(r["message"]["content"].as_str(), Some(content), "{r}");
+    // And on /v1/responses: a reasoning item, then the message; the usage counts the tokens of
+    // the thinking, its closing tag included.
+    let r = d.post_ok(
+        "/v1/responses",
+        &json!({"model": "thinker2", "input": "Why is the sky blue?", "reasoning": {"effort": "high"},
+            "temperature": 0, "max_output_tokens": 12, "options": {"seed": 1}}),
+    );
+    assert_eq!(r["output"][0]["type"], "reasoning", "{r}");
+    assert_eq!(
+        r["output"][0]["summary"][0]["text"].as_str(),
+        Some(thinking),
+        "{r}"
+    );
+    assert_eq!(
+        r["output"][1]["content"][0]["text"].as_str(),
+        Some(content),
+        "{r}"
+    );
+    let details = &r["usage"]["output_tokens_details"];
+    assert_eq!(details["reasoning_tokens"], close + 1, "{r}");
 
     // think false: the template does not open the tag and nothing is thinking.
     let off = d.post_ok("/api/generate", &gen_req("thinker2", false));

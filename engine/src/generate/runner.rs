@@ -153,6 +153,8 @@ pub struct Summary {
     pub prompt_duration: Duration,
     /// Tokens generated (including one that ended the generation at a stop string).
     pub generated: Vec<TokenId>,
+    /// Of those, the tokens of the reply's thinking, its tags included.
+    pub thinking_tokens: usize,
     /// From the first sampled token to the end.
     pub eval_duration: Duration,
     /// How many times the context was shifted to make room.
@@ -289,6 +291,7 @@ struct Active {
     /// Index of this slot's output in the current batch.
     output: Option<usize>,
     generated: Vec<TokenId>,
+    thinking_tokens: usize,
     started: Instant,
     first_token: Option<Instant>,
     shifts: usize,
@@ -533,6 +536,7 @@ impl Runner {
                 pending: None,
                 output: None,
                 generated: Vec::new(),
+                thinking_tokens: 0,
                 started: Instant::now(),
                 first_token: None,
                 shifts: 0,
@@ -696,7 +700,11 @@ impl Runner {
             StopStep::Continue(t) => (t, false),
             StopStep::Stop(t) => (t, true),
         };
+        let was_thinking = a.req.parser.phase() == Phase::Thinking;
         let delta = a.req.parser.push(&text);
+        if was_thinking || a.req.parser.phase() == Phase::Thinking {
+            a.thinking_tokens += 1;
+        }
         if paused && a.req.parser.phase() == Phase::Content {
             // The thinking ended in this token: the grammar starts at the reply's first byte.
             let reply = a.req.parser.last_content().to_string();
@@ -746,6 +754,7 @@ impl Runner {
             generated: a.generated,
             eval_duration: now - first,
             context_shifts: a.shifts,
+            thinking_tokens: a.thinking_tokens,
             slot: i,
         }));
     }
