@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use crate::api::{prepare_chat, CallCommon, ChatCall, Prepared};
 use crate::error::{logged, ApiError, ApiResult};
 use crate::inference::{Encoder, RunInfo};
-use crate::openai::tool_choice;
+use crate::openai::{skip_web_search, tool_choice};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id};
 use crate::wire::parse_body;
@@ -196,9 +196,11 @@ fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<M
 }
 
 /// Anthropic's tools (`name`, `description`, `input_schema`) as chat tools. Anthropic's own
-/// tool types (web search, bash, text editor, computer) need Anthropic's servers or schemas.
+/// tool types need Anthropic's servers or schemas: web search is left out (see
+/// `openai::is_hosted_web_search`), bash, text editor and computer are refused.
 fn tools(list: &[Value]) -> ApiResult<Vec<Tool>> {
     list.iter()
+        .filter(|t| !str_field(t, "type").is_some_and(skip_web_search))
         .map(|t| {
             match str_field(t, "type") {
                 None | Some("custom") => {}

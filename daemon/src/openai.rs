@@ -262,6 +262,27 @@ pub(crate) fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) ->
     o
 }
 
+/// A hosted web-search tool (Responses' `web_search`, `web_search_preview`, Anthropic's
+/// `web_search_20250305`): the server would run the searches, and ollamars has no search
+/// service, so such a tool is left out of what the model is offered and the model answers
+/// without searching. Refusing it instead would fail every request of clients that declare it
+/// by default (Codex CLI does).
+pub(crate) fn is_hosted_web_search(tool_type: &str) -> bool {
+    tool_type.starts_with("web_search")
+}
+
+/// Leaves out a hosted web-search tool (see [`is_hosted_web_search`]), saying so in the log.
+pub(crate) fn skip_web_search(tool_type: &str) -> bool {
+    let skip = is_hosted_web_search(tool_type);
+    if skip {
+        tracing::info!(
+            tool = tool_type,
+            "web search tool left out: ollamars has no search service"
+        );
+    }
+    skip
+}
+
 /// What `tool_choice` asks of `tools`: the tools offered to the model, and the tools the reply
 /// must call (`None`: the model decides). `"none"` offers no tools, `"required"` requires a call
 /// of one of them, a named function a call of that one.

@@ -9,7 +9,7 @@
 //! Nothing is stored: `previous_response_id`, `conversation`, `item_reference` and `background`
 //! are refused with a 400 that says to send the whole conversation, rather than answered
 //! without the history the client meant to send. Only function tools run (the hosted ones
-//! need OpenAI's or ollama.com's servers).
+//! need OpenAI's or ollama.com's servers; `web_search` is left out, the others refused).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use crate::api::{prepare_chat, CallCommon, ChatCall};
 use crate::error::{ApiError, ApiResult};
 use crate::inference::{logprobs_json, Encoder, RunInfo};
-use crate::openai::{sampling_options, think_from_effort, tool_choice, Sampling};
+use crate::openai::{sampling_options, skip_web_search, think_from_effort, tool_choice, Sampling};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
 use crate::wire::parse_body;
@@ -276,6 +276,7 @@ fn tools(list: &[Value], prefix: &str, out: &mut Vec<Tool>) -> ApiResult<()> {
                 }
                 out.push(Tool(json!({"type": "function", "function": function})));
             }
+            Some(ty) if skip_web_search(ty) => {}
             Some("namespace") => {
                 let name = str_field(t, "name").unwrap_or_default();
                 let inner = t

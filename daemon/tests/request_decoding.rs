@@ -253,9 +253,16 @@ fn responses_refuse_what_cannot_be_served_by_name() {
     );
     assert!(responses_refused(json!({"model": "m", "input": [{"content": "no type"}]})).contains("type"));
     assert!(
-        responses_refused(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}))
-            .contains("web_search")
+        responses_refused(json!({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}))
+            .contains("file_search")
     );
+    // A hosted web search is left out (Codex CLI declares one on every request), not refused.
+    let c = responses(
+        json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"},
+        {"type": "web_search", "external_web_access": false}, {"type": "web_search_preview"}]}),
+    )
+    .unwrap();
+    assert_eq!(c.tools.iter().map(|t| t.name()).collect::<Vec<_>>(), ["f"]);
     assert!(responses_refused(json!({"model": "m", "input": 5})).contains("input"));
     assert!(responses_refused(
         json!({"model": "m", "input": [{"type": "function_call", "name": "f", "arguments": "[1]"}]})
@@ -388,8 +395,14 @@ fn messages_refuse_what_cannot_be_served_by_name() {
     .contains("document"));
     assert!(messages_refused(json!({"model": "m", "messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}))
         .contains("id"));
-    assert!(messages_refused(json!({"model": "m", "messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}))
-        .contains("web_search"));
+    assert!(messages_refused(
+        json!({"model": "m", "messages": user, "tools": [{"type": "bash_20250124", "name": "bash"}]})
+    )
+    .contains("bash_20250124"));
+    let c = messages(json!({"model": "m", "messages": user, "tools": [{"name": "f"},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}))
+    .unwrap();
+    assert_eq!(c.tools.iter().map(|t| t.name()).collect::<Vec<_>>(), ["f"]);
     assert!(
         messages_refused(json!({"model": "m", "messages": user, "tools": [{"name": "a"}],
         "tool_choice": {"type": "tool", "name": "zz"}}))
