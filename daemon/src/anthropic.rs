@@ -25,7 +25,7 @@ use crate::inference::{Encoder, RunInfo};
 use crate::openai::{skip_web_search, tool_choice};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id};
-use crate::wire::parse_body;
+use crate::wire::{parse_body, str_field};
 
 /// An error in Anthropic's shape.
 pub fn error_response(status: StatusCode, message: &str) -> Response {
@@ -41,10 +41,6 @@ pub fn error_response(status: StatusCode, message: &str) -> Response {
     };
     let body = json!({"type": "error", "error": {"type": ty, "message": message}});
     logged((status, axum::Json(body)).into_response(), message)
-}
-
-fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError::bad_request(msg)
 }
 
 #[derive(Deserialize, Default)]
@@ -68,17 +64,15 @@ struct MessagesRequest {
     keep_alive: Option<Value>,
 }
 
-fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
 /// Content as blocks: a string is one text block.
 fn blocks(content: Option<&Value>) -> ApiResult<Vec<Value>> {
     match content {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![json!({"type": "text", "text": s})]),
         Some(Value::Array(b)) => Ok(b.clone()),
-        Some(_) => Err(bad("content must be a string or an array of content blocks")),
+        Some(_) => Err(ApiError::bad_request(
+            "content must be a string or an array of content blocks",
+        )),
     }
 }
 
@@ -90,11 +84,11 @@ fn text_of(content: Option<&Value>, images: &mut usize) -> ApiResult<String> {
             Some("text") => text.push_str(str_field(&b, "text").unwrap_or_default()),
             Some("image") => *images += 1,
             Some(t) => {
-                return Err(bad(format!(
+                return Err(ApiError::bad_request(format!(
                     "unsupported content block type {t:?} (text and images only)"
                 )))
             }
-            None => return Err(bad("a content block needs a \"type\"")),
+            None => return Err(ApiError::bad_request("a content block needs a \"type\"")),
         }
     }
     Ok(text)
@@ -107,14 +101,15 @@ fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<M
     match system {
         None | Some(Value::Null) => {}
         Some(s) => {
-            let text = text_of(Some(s), &mut images).map_err(|e| bad(format!("system: {}", e.message)))?;
+            let text = text_of(Some(s), &mut images)
+                .map_err(|e| ApiError::bad_request(format!("system: {}", e.message)))?;
             if !text.is_empty() {
                 out.push(Message::new("system", text));
             }
         }
     }
     for (i, m) in messages.iter().enumerate() {
-        let at = |e: String| bad(format!("messages[{i}]: {e}"));
+        let at = |e: String| ApiError::bad_request(format!("messages[{i}]: {e}"));
         // Claude Code sends "system" turns mid-conversation (its beta
         // mid-conversation-system); they stay system messages, as in Ollama.
         let role = match str_field(m, "role").map(str::to_lowercase).as_deref() {
@@ -197,7 +192,7 @@ fn chat_messages(system: Option<&Value>, messages: &[Value]) -> ApiResult<(Vec<M
 
 /// Anthropic's tools (`name`, `description`, `input_schema`) as chat tools. Anthropic's own
 /// tool types need Anthropic's servers or schemas: web search is left out (see
-/// `openai::is_hosted_web_search`), bash, text editor and computer are refused.
+/// `openai::skip_web_search`), bash, text editor and computer are refused.
 fn tools(list: &[Value]) -> ApiResult<Vec<Tool>> {
     list.iter()
         .filter(|t| !str_field(t, "type").is_some_and(skip_web_search))
@@ -205,14 +200,14 @@ fn tools(list: &[Value]) -> ApiResult<Vec<Tool>> {
             match str_field(t, "type") {
                 None | Some("custom") => {}
                 Some(other) => {
-                    return Err(bad(format!(
+                    return Err(ApiError::bad_request(format!(
                         "unsupported tool type {other:?}: ollamars runs custom tools only"
                     )))
                 }
             }
             let name = str_field(t, "name")
                 .filter(|n| !n.is_empty())
-                .ok_or_else(|| bad("a tool needs a \"name\""))?;
+                .ok_or_else(|| ApiError::bad_request("a tool needs a \"name\""))?;
             let mut function = json!({ "name": name });
             if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
                 function["description"] = d.clone();
@@ -237,7 +232,7 @@ fn choose_tools(choice: Option<&Value>, offered: Vec<Tool>) -> ApiResult<(Vec<To
         Some("tool") => {
             json!({"type": "function", "function": {"name": c.get("name").cloned().unwrap_or(Value::Null)}})
         }
-        _ => return Err(bad(format!("invalid tool_choice: {c}"))),
+        _ => return Err(ApiError::bad_request(format!("invalid tool_choice: {c}"))),
     };
     tool_choice(Some(&chat), offered)
 }
@@ -260,7 +255,7 @@ fn think(thinking: Option<&Value>, output_config: Option<&Value>) -> ApiResult<O
         })),
         Some("disabled") => Ok(Some(Think::Off)),
         Some("adaptive") => Ok(None),
-        _ => Err(bad(format!("invalid thinking: {t}"))),
+        _ => Err(ApiError::bad_request(format!("invalid thinking: {t}"))),
     }
 }
 
@@ -270,15 +265,17 @@ fn messages_call(req: &MessagesRequest) -> ApiResult<ChatCall> {
         .model
         .clone()
         .filter(|m| !m.is_empty())
-        .ok_or_else(|| bad("model: Field required"))?;
+        .ok_or_else(|| ApiError::bad_request("model: Field required"))?;
     let msgs = req.messages.as_deref().unwrap_or_default();
     if msgs.is_empty() {
-        return Err(bad("messages: at least one message is required"));
+        return Err(ApiError::bad_request(
+            "messages: at least one message is required",
+        ));
     }
     let (messages, n_images) = chat_messages(req.system.as_ref(), msgs)?;
     let mut options = req.options.clone().unwrap_or_default();
     match req.max_tokens {
-        Some(n) if n < 1 => return Err(bad("max_tokens: must be at least 1")),
+        Some(n) if n < 1 => return Err(ApiError::bad_request("max_tokens: must be at least 1")),
         Some(n) => {
             options.insert("num_predict".into(), json!(n));
         }

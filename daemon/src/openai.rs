@@ -24,7 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::inference::{logprobs_json, Encoder, RunInfo};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
-use crate::wire::parse_body;
+use crate::wire::{check_top_logprobs, parse_body};
 
 fn answer(r: ApiResult<Response>) -> Response {
     r.unwrap_or_else(ApiError::openai)
@@ -262,18 +262,13 @@ pub(crate) fn sampling_options(base: Option<Map<String, Value>>, s: Sampling) ->
     o
 }
 
-/// A hosted web-search tool (Responses' `web_search`, `web_search_preview`, Anthropic's
-/// `web_search_20250305`): the server would run the searches, and ollamars has no search
-/// service, so such a tool is left out of what the model is offered and the model answers
-/// without searching. Refusing it instead would fail every request of clients that declare it
-/// by default (Codex CLI does).
-pub(crate) fn is_hosted_web_search(tool_type: &str) -> bool {
-    tool_type.starts_with("web_search")
-}
-
-/// Leaves out a hosted web-search tool (see [`is_hosted_web_search`]), saying so in the log.
+/// Whether a tool is a hosted web search (Responses' `web_search`, `web_search_preview`,
+/// Anthropic's `web_search_20250305`), to be left out, saying so in the log: the server would
+/// run the searches, and ollamars has no search service, so the model is not offered the tool
+/// and answers without searching. Refusing it instead would fail every request of clients that
+/// declare it by default (Codex CLI does).
 pub(crate) fn skip_web_search(tool_type: &str) -> bool {
-    let skip = is_hosted_web_search(tool_type);
+    let skip = tool_type.starts_with("web_search");
     if skip {
         tracing::info!(
             tool = tool_type,
@@ -344,10 +339,7 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
             _ => None,
         },
     };
-    let top = match req.top_logprobs.unwrap_or(0) {
-        n @ 0..=20 => n as usize,
-        _ => return Err(ApiError::bad_request("top_logprobs must be between 0 and 20")),
-    };
+    let top = check_top_logprobs(req.top_logprobs)?;
     let effort = req
         .reasoning
         .as_ref()

@@ -28,7 +28,7 @@ use crate::inference::{logprobs_json, Encoder, RunInfo};
 use crate::openai::{sampling_options, skip_web_search, think_from_effort, tool_choice, Sampling};
 use crate::server::AppState;
 use crate::util::{random_u64, tool_call_id, unix_seconds};
-use crate::wire::parse_body;
+use crate::wire::{check_top_logprobs, parse_body, str_field};
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -70,14 +70,6 @@ struct TextParam {
     format: Option<Value>,
 }
 
-fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError::bad_request(msg)
-}
-
-fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
 /// The text of a message's or a function output's content: a string, or parts whose text is
 /// joined as Ollama joins it (no separator). Images are counted, to be refused by the caller.
 fn content_text(content: Option<&Value>, images: &mut usize) -> ApiResult<String> {
@@ -86,7 +78,7 @@ fn content_text(content: Option<&Value>, images: &mut usize) -> ApiResult<String
         Some(Value::String(s)) => return Ok(s.clone()),
         Some(Value::Array(parts)) => parts,
         Some(other) => {
-            return Err(bad(format!(
+            return Err(ApiError::bad_request(format!(
                 "content must be a string or an array of parts, not {other}"
             )))
         }
@@ -94,14 +86,14 @@ fn content_text(content: Option<&Value>, images: &mut usize) -> ApiResult<String
     let mut text = String::new();
     for p in parts {
         match str_field(p, "type") {
-            Some("input_text" | "output_text") => {
-                text.push_str(str_field(p, "text").ok_or_else(|| bad("a text part needs \"text\""))?)
-            }
+            Some("input_text" | "output_text") => text.push_str(
+                str_field(p, "text").ok_or_else(|| ApiError::bad_request("a text part needs \"text\""))?,
+            ),
             Some("refusal") => text.push_str(str_field(p, "refusal").unwrap_or_default()),
             Some("input_image") => *images += 1,
-            Some("input_file") => return Err(bad("file inputs are not supported")),
-            Some(t) => return Err(bad(format!("unknown content type: {t:?}"))),
-            None => return Err(bad("a content part needs a \"type\"")),
+            Some("input_file") => return Err(ApiError::bad_request("file inputs are not supported")),
+            Some(t) => return Err(ApiError::bad_request(format!("unknown content type: {t:?}"))),
+            None => return Err(ApiError::bad_request("a content part needs a \"type\"")),
         }
     }
     Ok(text)
@@ -147,12 +139,16 @@ fn input_messages(instructions: Option<&str>, input: Option<&Value>) -> ApiResul
             &Vec::new()
         }
         Some(Value::Array(items)) => items,
-        Some(_) => return Err(bad("input must be a string or an array of input items")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "input must be a string or an array of input items",
+            ))
+        }
     };
     // Reasoning passed back belongs to the assistant turn that follows it.
     let mut thinking = String::new();
     for (i, item) in items.iter().enumerate() {
-        let at = |e: String| bad(format!("input[{i}]: {e}"));
+        let at = |e: String| ApiError::bad_request(format!("input[{i}]: {e}"));
         let ty = str_field(item, "type").or_else(|| item.get("role").map(|_| "message"));
         match ty {
             Some("message") => {
@@ -267,7 +263,7 @@ fn tools(list: &[Value], prefix: &str, out: &mut Vec<Tool>) -> ApiResult<()> {
             Some("function") => {
                 let name = str_field(t, "name")
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| bad("a function tool needs a \"name\""))?;
+                    .ok_or_else(|| ApiError::bad_request("a function tool needs a \"name\""))?;
                 let mut function = json!({ "name": format!("{prefix}{name}") });
                 for key in ["description", "parameters"] {
                     if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
@@ -291,7 +287,7 @@ fn tools(list: &[Value], prefix: &str, out: &mut Vec<Tool>) -> ApiResult<()> {
                 tools(inner, &prefix, out)?;
             }
             other => {
-                return Err(bad(format!(
+                return Err(ApiError::bad_request(format!(
                     "unsupported tool type {}: ollamars runs function tools only",
                     other.map_or("(none)".into(), |t| format!("{t:?}"))
                 )))
@@ -328,7 +324,7 @@ fn choose_tools(choice: Option<&Value>, offered: Vec<Tool>) -> ApiResult<(Vec<To
                 .filter(|t| allowed.contains(&t.name()))
                 .collect();
             if narrowed.is_empty() {
-                return Err(bad(
+                return Err(ApiError::bad_request(
                     "Invalid value for 'tool_choice': no tool of 'allowed_tools' is in 'tools'",
                 ));
             }
@@ -349,9 +345,13 @@ fn text_format(text: Option<&TextParam>) -> ApiResult<Option<Value>> {
         Some("json_object") => Ok(Some(json!("json"))),
         Some("json_schema") => match f.get("schema") {
             Some(s @ Value::Object(_)) => Ok(Some(s.clone())),
-            _ => Err(bad("text.format of type json_schema needs a \"schema\" object")),
+            _ => Err(ApiError::bad_request(
+                "text.format of type json_schema needs a \"schema\" object",
+            )),
         },
-        Some(t) => Err(bad(format!("unsupported text.format type: {t:?}"))),
+        Some(t) => Err(ApiError::bad_request(format!(
+            "unsupported text.format type: {t:?}"
+        ))),
     }
 }
 
@@ -361,37 +361,33 @@ fn responses_call(req: &ResponsesRequest) -> ApiResult<ChatCall> {
         .model
         .clone()
         .filter(|m| !m.is_empty())
-        .ok_or_else(|| bad("model is required"))?;
+        .ok_or_else(|| ApiError::bad_request("model is required"))?;
     if req.previous_response_id.is_some() || req.conversation.as_ref().is_some_and(|c| !c.is_null()) {
-        return Err(bad(
+        return Err(ApiError::bad_request(
             "previous_response_id and conversation need stored responses, and ollamars stores none: send the whole conversation in input",
         ));
     }
     if req.background == Some(true) {
-        return Err(bad("background responses are not supported"));
+        return Err(ApiError::bad_request("background responses are not supported"));
     }
     let (messages, n_images) = input_messages(req.instructions.as_deref(), req.input.as_ref())?;
     if messages.is_empty() {
-        return Err(bad("input is required"));
+        return Err(ApiError::bad_request("input is required"));
     }
     let format = text_format(req.text.as_ref())?;
-    let logprobs = match req.top_logprobs.unwrap_or(0) {
-        n @ 0..=20 => {
-            let asked = req
-                .include
-                .iter()
-                .flatten()
-                .any(|i| i == "message.output_text.logprobs");
-            asked.then_some(n as usize)
-        }
-        _ => return Err(bad("top_logprobs must be between 0 and 20")),
-    };
+    let top = check_top_logprobs(req.top_logprobs)?;
+    let asked = req
+        .include
+        .iter()
+        .flatten()
+        .any(|i| i == "message.output_text.logprobs");
+    let logprobs = asked.then_some(top);
     let truncate = match req.truncation.as_deref() {
         None => None,
         Some("auto") => Some(true),
         Some("disabled") => Some(false),
         Some(t) => {
-            return Err(bad(format!(
+            return Err(ApiError::bad_request(format!(
                 "invalid truncation {t:?} (must be \"auto\" or \"disabled\")"
             )))
         }
@@ -400,7 +396,7 @@ fn responses_call(req: &ResponsesRequest) -> ApiResult<ChatCall> {
     tools(req.tools.as_deref().unwrap_or_default(), "", &mut offered)?;
     let (tools, required_tools) = choose_tools(req.tool_choice.as_ref(), offered)?;
     if required_tools.is_some() && format.is_some() {
-        return Err(bad(
+        return Err(ApiError::bad_request(
             "'text.format' cannot be used with a 'tool_choice' that requires a tool call",
         ));
     }

@@ -187,6 +187,11 @@ pub fn parse_keep_alive(v: Option<&Value>) -> Result<Option<KeepAlive>, ApiError
     }
 }
 
+/// A string field of a JSON object, if it is one.
+pub(crate) fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
 /// `top_logprobs` must be in 0..=20.
 pub fn check_top_logprobs(n: Option<i64>) -> Result<usize, ApiError> {
     match n.unwrap_or(0) {
