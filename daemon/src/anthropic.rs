@@ -332,7 +332,7 @@ pub async fn messages(State(st): State<Arc<AppState>>, body: Bytes) -> Response 
         let req: MessagesRequest = parse_body(&body)?;
         let call = messages_call(&req)?;
         let streaming = req.stream.unwrap_or(false);
-        let enc = MessagesEncoder::default();
+        let enc = MessagesEncoder::new(req.stop_sequences.clone().unwrap_or_default());
         Ok(prepare_chat(&st, call, started)
             .await?
             .respond_with(enc, streaming)
@@ -366,14 +366,6 @@ pub async fn count_tokens(State(st): State<Arc<AppState>>, body: Bytes) -> Respo
     }
 }
 
-fn stop_reason(s: &Summary, tool_calls: bool) -> &'static str {
-    match s.reason.as_str() {
-        "length" => "max_tokens",
-        _ if tool_calls => "tool_use",
-        _ => "end_turn",
-    }
-}
-
 fn tool_use_block(c: &ToolCall) -> Value {
     json!({"type": "tool_use", "id": c.id.clone().unwrap_or_else(tool_call_id), "name": c.name,
         "input": Value::Object(c.arguments.clone())})
@@ -393,18 +385,8 @@ struct MessagesEncoder {
     index: usize,
     open: Option<Block>,
     tool_used: bool,
-}
-
-impl Default for MessagesEncoder {
-    fn default() -> Self {
-        MessagesEncoder {
-            id: format!("msg_{:016x}{:08x}", random_u64(), random_u64() as u32),
-            started: false,
-            index: 0,
-            open: None,
-            tool_used: false,
-        }
-    }
+    /// The request's `stop_sequences`: the one that ends a reply is reported by name.
+    stops: Vec<String>,
 }
 
 fn event(ty: &str, mut data: Value) -> String {
@@ -413,6 +395,28 @@ fn event(ty: &str, mut data: Value) -> String {
 }
 
 impl MessagesEncoder {
+    fn new(stops: Vec<String>) -> Self {
+        MessagesEncoder {
+            id: format!("msg_{:016x}{:08x}", random_u64(), random_u64() as u32),
+            started: false,
+            index: 0,
+            open: None,
+            tool_used: false,
+            stops,
+        }
+    }
+
+    /// A finished reply's `stop_reason` and `stop_sequence`.
+    fn stop_fields(&self, s: &Summary, tool_calls: bool) -> (&'static str, Value) {
+        let by_request = s.stop_sequence.as_ref().filter(|m| self.stops.contains(m));
+        match (s.reason.as_str(), by_request) {
+            ("length", _) => ("max_tokens", Value::Null),
+            (_, Some(m)) => ("stop_sequence", json!(m)),
+            _ if tool_calls => ("tool_use", Value::Null),
+            _ => ("end_turn", Value::Null),
+        }
+    }
+
     fn start(&mut self, info: &RunInfo, out: &mut Vec<String>) {
         if std::mem::replace(&mut self.started, true) {
             return;
@@ -496,7 +500,8 @@ impl Encoder for MessagesEncoder {
         let mut out = Vec::new();
         self.start(info, &mut out);
         self.close(&mut out);
-        let delta = json!({"stop_reason": stop_reason(s, self.tool_used), "stop_sequence": null});
+        let (reason, sequence) = self.stop_fields(s, self.tool_used);
+        let delta = json!({"stop_reason": reason, "stop_sequence": sequence});
         let usage = json!({"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()});
         out.push(event("message_delta", json!({"delta": delta, "usage": usage})));
         out.push(event("message_stop", json!({})));
@@ -516,9 +521,9 @@ impl Encoder for MessagesEncoder {
             content.push(json!({"type": "text", "text": all.content}));
         }
         content.extend(all.tool_calls.iter().map(tool_use_block));
+        let (reason, sequence) = self.stop_fields(s, !all.tool_calls.is_empty());
         json!({"id": self.id, "type": "message", "role": "assistant", "model": info.model,
-            "content": content, "stop_reason": stop_reason(s, !all.tool_calls.is_empty()),
-            "stop_sequence": null,
+            "content": content, "stop_reason": reason, "stop_sequence": sequence,
             "usage": {"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()}})
     }
 
@@ -534,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_stream_starts_fills_and_stops_each_block_in_order() {
-        let mut enc = MessagesEncoder::default();
+        let mut enc = MessagesEncoder::new(vec![]);
         let delta = |thinking: &str, content: &str, tool_calls: Vec<ToolCall>| ReplyDelta {
             thinking: thinking.into(),
             content: content.into(),
@@ -585,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_whole_message_lists_its_blocks() {
-        let mut enc = MessagesEncoder::default();
+        let mut enc = MessagesEncoder::new(vec![]);
         let all = ReplyDelta {
             thinking: String::new(),
             content: "Paris".into(),
@@ -602,5 +607,33 @@ mod tests {
         assert_eq!(m["content"], json!([{"type": "text", "text": "Paris"}]));
         assert_eq!(m["stop_reason"], "max_tokens");
         assert_eq!(m["usage"], json!({"input_tokens": 5, "output_tokens": 4}));
+    }
+
+    #[test]
+    fn a_requested_stop_sequence_is_reported_by_name() {
+        let stopped_at = |seq: &str| Summary {
+            stop_sequence: Some(seq.into()),
+            ..summary(engine::stop::DoneReason::Stop, 3)
+        };
+        let mut enc = MessagesEncoder::new(vec!["END".into(), "\n\nHuman:".into()]);
+        let m = enc.single(ReplyDelta::default(), vec![], &stopped_at("END"), &info());
+        assert_eq!(
+            (&m["stop_reason"], &m["stop_sequence"]),
+            (&json!("stop_sequence"), &json!("END"))
+        );
+        let frames = enc.done(&stopped_at("\n\nHuman:"), &info());
+        let ev = typed_events(&frames);
+        let delta = &ev.iter().find(|e| e["type"] == "message_delta").unwrap()["delta"];
+        assert_eq!(
+            delta,
+            &json!({"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"})
+        );
+        // A stop string of the model's own (not the request's) ends the turn as usual.
+        let mut enc = MessagesEncoder::new(vec!["END".into()]);
+        let m = enc.single(ReplyDelta::default(), vec![], &stopped_at("<|im_end|>"), &info());
+        assert_eq!(
+            (&m["stop_reason"], &m["stop_sequence"]),
+            (&json!("end_turn"), &Value::Null)
+        );
     }
 }

@@ -695,6 +695,7 @@ pub fn respond_empty<E: Encoder>(mut enc: E, model: &str, streaming: bool) -> Re
     };
     let summary = Summary {
         reason: DoneReason::Stop,
+        stop_sequence: None,
         prompt_tokens: 0,
         cached_tokens: 0,
         prompt_duration: Duration::ZERO,
@@ -740,6 +741,7 @@ pub(crate) mod testing {
         Summary {
             reason,
             prompt_tokens: 5,
+            stop_sequence: None,
             cached_tokens: 2,
             prompt_duration: Duration::ZERO,
             generated: vec![0; generated],

@@ -457,6 +457,7 @@ mod tests {
             prompt_duration: Duration::from_millis(100),
             eval_duration: Duration::from_millis(200),
             reason: engine::stop::DoneReason::Stop,
+            stop_sequence: None,
             context_shifts: 0,
             thinking_tokens: 0,
             slot: 0,

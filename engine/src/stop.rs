@@ -43,6 +43,8 @@ pub struct StopMatcher {
     /// Text received but not yet released.
     pending: Vec<u8>,
     stopped: bool,
+    /// The index in `stops` of the stop string that ended the text.
+    matched: Option<usize>,
 }
 
 impl StopMatcher {
@@ -56,12 +58,21 @@ impl StopMatcher {
                 .collect(),
             pending: Vec::new(),
             stopped: false,
+            matched: None,
         }
     }
 
     /// Whether a stop string has been found.
     pub fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// The stop string that was found (the first of the list that starts at the earliest
+    /// position), for APIs that report it (Anthropic's `stop_sequence`).
+    pub fn matched(&self) -> Option<&str> {
+        let s = &self.stops[self.matched?];
+        // Stop strings come in as `str`, so this never fails.
+        std::str::from_utf8(s).ok()
     }
 
     /// Takes the bytes of the next token (which may end inside a UTF-8 character) and says what
@@ -75,8 +86,9 @@ impl StopMatcher {
             .len()
             .saturating_sub(self.longest_stop().saturating_sub(1));
         self.pending.extend_from_slice(bytes);
-        if let Some(at) = self.first_stop(scan_from) {
+        if let Some((at, which)) = self.first_stop(scan_from) {
             self.stopped = true;
+            self.matched = Some(which);
             let shown = String::from_utf8_lossy(&self.pending[..at]).into_owned();
             self.pending.clear();
             return StopStep::Stop(shown);
@@ -99,10 +111,13 @@ impl StopMatcher {
         self.stops.iter().map(Vec::len).max().unwrap_or(0)
     }
 
-    /// The earliest position at or after `from` where a stop string starts.
-    fn first_stop(&self, from: usize) -> Option<usize> {
+    /// The earliest position at or after `from` where a stop string starts, and which one.
+    fn first_stop(&self, from: usize) -> Option<(usize, usize)> {
         let hay = &self.pending;
-        (from..hay.len()).find(|&i| self.stops.iter().any(|s| hay[i..].starts_with(s)))
+        (from..hay.len()).find_map(|i| {
+            let which = self.stops.iter().position(|s| hay[i..].starts_with(s))?;
+            Some((i, which))
+        })
     }
 
     /// The length of the longest tail of the pending text that is a proper prefix of a stop
@@ -228,6 +243,23 @@ mod tests {
         let (shown, stopped) = stream(&["abcd", "bc"], &["a", "b", "c"]);
         assert!(stopped);
         assert_eq!(shown.concat(), "a");
+    }
+
+    #[test]
+    fn reports_which_stop_string_ended_the_text() {
+        let mut m = StopMatcher::new(["", "beta", "al"]);
+        assert_eq!(m.matched(), None);
+        assert_eq!(m.push(b"x alp"), StopStep::Stop("x ".into()));
+        assert_eq!(m.matched(), Some("al"));
+        // Two stop strings at the same position: the first in the list.
+        let mut m = StopMatcher::new(["bc", "b"]);
+        assert_eq!(m.push(b"a"), StopStep::Continue("a".into()));
+        assert_eq!(m.push(b"bcd"), StopStep::Stop(String::new()));
+        assert_eq!(m.matched(), Some("bc"));
+        let mut m = StopMatcher::new(["zz"]);
+        m.push(b"abc");
+        m.finish();
+        assert_eq!(m.matched(), None);
     }
 
     #[test]

@@ -215,6 +215,12 @@ def check_anthropic_messages():
                                 extra_body={"temperature": 0}) as s:
         final = s.get_final_message()
     assert final.content and final.usage.output_tokens > 0, final
+    # A stop sequence of the request's ends the reply and is named.
+    m = claude.messages.create(model=CHAT, max_tokens=64, stop_sequences=["5"],
+                               messages=[{"role": "user", "content": "Count from 1 to 10."}],
+                               extra_body={"temperature": 0})
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "5", m
+    assert "4" in m.content[0].text and "5" not in m.content[0].text, m
     try:
         claude.messages.create(model="no-such-model", max_tokens=3,
                                messages=[{"role": "user", "content": "x"}])

@@ -145,6 +145,8 @@ pub struct TokenLogprob {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
     pub reason: DoneReason,
+    /// The stop string that ended the generation, if one did.
+    pub stop_sequence: Option<String>,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
     /// Of those, how many came from the slot's cache instead of being evaluated.
@@ -748,6 +750,7 @@ impl Runner {
         let first = a.first_token.unwrap_or(now);
         (a.req.sink)(Event::Done(Summary {
             reason,
+            stop_sequence: a.req.stop.matched().map(str::to_owned),
             prompt_tokens: a.req.prompt.len(),
             cached_tokens: a.cached,
             prompt_duration: first - a.started,
