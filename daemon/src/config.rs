@@ -146,6 +146,10 @@ pub struct Config {
     pub allow_remote: bool,
     /// Where each setting came from, by key.
     pub sources: Vec<(&'static str, Source)>,
+    /// Ollama's names of settings (`OLLAMA_HOST`, …) found in the environment without ours.
+    /// ollamars reads only `OLLAMARS_*`, so that it can run beside Ollama; `serve` warns about
+    /// these rather than ignore a unit or compose file written for Ollama without a word.
+    pub ollama_env: Vec<String>,
 }
 
 /// One documented setting: its file key, environment variable, and help.
@@ -538,6 +542,7 @@ impl Config {
             api_keys_file: None,
             allow_remote: false,
             sources: SETTINGS.iter().map(|s| (s.key, Source::Default)).collect(),
+            ollama_env: Vec::new(),
         };
         let from_file = Source::File(file_path.clone().unwrap_or_default());
         macro_rules! file {
@@ -662,6 +667,14 @@ impl Config {
             }
             cfg.set_source(doc.key, Source::Env(doc.env));
         }
+        cfg.ollama_env = SETTINGS
+            .iter()
+            .filter(|doc| env(doc.env).is_none())
+            .filter_map(|doc| {
+                let theirs = format!("OLLAMA_{}", doc.env.strip_prefix("OLLAMARS_")?);
+                env(&theirs).is_some().then_some(theirs)
+            })
+            .collect();
         if let Some(path) = &cfg.api_keys_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ConfigError(format!("api_keys_file {}: {e}", path.display())))?;
@@ -829,6 +842,25 @@ mod tests {
         assert!(Listen::parse("host:99999").is_err());
         assert!(Listen::parse("ftp://x").is_err());
         assert_eq!(tcp("::1", 1).to_string(), "[::1]:1");
+    }
+
+    #[test]
+    fn ollamas_names_are_noticed_not_read() {
+        let c = load(
+            None,
+            &[
+                ("OLLAMA_HOST", "0.0.0.0:9999"),
+                ("OLLAMA_KEEP_ALIVE", "1h"),
+                ("OLLAMARS_KEEP_ALIVE", "10m"),
+                ("OLLAMA_DEBUG", "1"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.value("host"), "127.0.0.1:11434");
+        assert_eq!(c.value("keep_alive"), "10m0s");
+        // OLLAMA_KEEP_ALIVE is shadowed by ours, OLLAMA_DEBUG is no setting of ours.
+        assert_eq!(c.ollama_env, ["OLLAMA_HOST"]);
+        assert!(load(None, &[]).unwrap().ollama_env.is_empty());
     }
 
     #[test]

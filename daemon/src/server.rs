@@ -284,6 +284,10 @@ pub async fn serve(config: Config) -> Result<(), String> {
     if let Some(warning) = security::check_bind(&config)? {
         tracing::warn!("{warning}");
     }
+    for name in &config.ollama_env {
+        let ours = name.replacen("OLLAMA_", "OLLAMARS_", 1);
+        tracing::warn!("{name} is set but not read: ollamars's setting is {ours} (`ollamars serve --print-config` shows the settings in effect)");
+    }
     let store = registry::Store::open(&config.models).map_err(|e| e.to_string())?;
     let client = registry::Client::new().map_err(|e| e.to_string())?;
     let sched = Scheduler::new(SchedulerConfig {
