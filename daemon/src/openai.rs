@@ -280,7 +280,10 @@ pub(crate) fn skip_web_search(tool_type: &str) -> bool {
 
 /// What `tool_choice` asks of `tools`: the tools offered to the model, and the tools the reply
 /// must call (`None`: the model decides). `"none"` offers no tools, `"required"` requires a call
-/// of one of them, a named function a call of that one.
+/// of one of them, a named function a call of that one. Without tools, `"auto"` and `"none"`
+/// change nothing and are taken (as Ollama takes any `tool_choice`; a client may send
+/// `"auto"` with an empty list, or with only hosted tools that [`skip_web_search`] leaves out); a
+/// call that is required cannot be made and is refused.
 pub(crate) fn tool_choice(
     choice: Option<&Value>,
     tools: Vec<Tool>,
@@ -289,14 +292,12 @@ pub(crate) fn tool_choice(
     let Some(choice) = choice.filter(|c| !c.is_null()) else {
         return Ok((tools, None));
     };
-    if tools.is_empty() {
-        return Err(ApiError::bad_request(
-            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-        ));
-    }
     match choice {
         Value::String(s) if s == "auto" => Ok((tools, None)),
         Value::String(s) if s == "none" => Ok((Vec::new(), None)),
+        _ if tools.is_empty() => Err(ApiError::bad_request(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+        )),
         Value::String(s) if s == "required" => {
             let required = tools.clone();
             Ok((tools, Some(required)))

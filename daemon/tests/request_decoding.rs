@@ -129,6 +129,35 @@ fn openai_chat_maps_parts_tool_names_and_sampling() {
 }
 
 #[test]
+fn openai_tool_choice_without_tools_is_taken_unless_a_call_is_required() {
+    let chat = |extra: &str| {
+        let body = format!(r#"{{"model": "g", "messages": [{{"role": "user", "content": "hi"}}]{extra}}}"#);
+        decode_chat_completion(body.as_bytes())
+    };
+    // Nothing to choose from: "auto" and "none" change nothing (Ollama ignores the field), also
+    // when the only tool is a hosted one that is left out.
+    for extra in [
+        r#", "tool_choice": "auto""#,
+        r#", "tool_choice": "none", "tools": []"#,
+    ] {
+        let c = chat(extra).unwrap();
+        assert!(c.tools.is_empty() && c.required_tools.is_none(), "{extra}");
+    }
+    let c = responses(
+        json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}],
+        "tool_choice": "auto"}),
+    )
+    .unwrap();
+    assert!(c.tools.is_empty() && c.required_tools.is_none());
+    for extra in [
+        r#", "tool_choice": "required""#,
+        r#", "tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": []"#,
+    ] {
+        assert!(msg(chat(extra)).contains("only allowed when 'tools'"), "{extra}");
+    }
+}
+
+#[test]
 fn openai_completion_prompt_and_logprobs() {
     let g = decode_completion(br#"{"model": "m", "prompt": ["once"], "logprobs": 3, "top_p": 0}"#).unwrap();
     assert_eq!((g.prompt.as_str(), g.common.logprobs), ("once", Some(3)));
