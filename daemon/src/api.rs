@@ -162,7 +162,19 @@ async fn prelude(
             let think = check_format(&format, c, needs)?;
             (Some(format), think)
         }
-        None => (None, None),
+        None => {
+            // A raw prompt is the whole input, but as in Ollama the model must still be able to
+            // do what the request asks: a suffix needs `insert` (and is then left out), `think`
+            // a thinking model.
+            if needs.insert || c.think.as_ref().is_some_and(Think::enabled) {
+                let format = st
+                    .formats
+                    .get(&sm.want.path, sm.model.template.as_deref(), None)
+                    .await?;
+                check_format(&format, c, needs)?;
+            }
+            (None, None)
+        }
     };
     check_images(&c.model, c.n_images)?;
     let options = Options::resolve(model_options(&sm.model).as_ref(), c.options.as_ref())

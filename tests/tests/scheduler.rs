@@ -97,6 +97,17 @@ fn one_loaded_model_at_a_time_evicts_the_idle_one() {
             json!({"model": "b", "prompt": "x", "suffix": "y"}),
             "does not support insert",
         ),
+        // A raw prompt has no template, but the model is still asked (as Ollama asks it).
+        (
+            "/api/generate",
+            json!({"model": "b", "prompt": "x", "suffix": "y", "raw": true}),
+            "does not support insert",
+        ),
+        (
+            "/api/generate",
+            json!({"model": "b", "prompt": "x", "raw": true, "think": true}),
+            "does not support thinking",
+        ),
     ] {
         let r = d.post(path, &body);
         assert_eq!(r.status(), 400, "{body}");
