@@ -5,6 +5,19 @@ use std::path::PathBuf;
 /// The default address, as Ollama's.
 pub const DEFAULT: &str = "127.0.0.1:11434";
 
+/// What to say after the address when nothing listens there while Ollama's `OLLAMA_HOST` is set
+/// and `OLLAMARS_HOST` is not: a script written for Ollama points its clients with the former,
+/// and ollamars reads only its own name (so that it can run beside Ollama).
+pub fn ollama_host_note(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if env("OLLAMARS_HOST").is_some() {
+        return None;
+    }
+    let theirs = env("OLLAMA_HOST").filter(|v| !v.trim().is_empty())?;
+    Some(format!(
+        " (OLLAMA_HOST={theirs:?} is not read: set OLLAMARS_HOST)"
+    ))
+}
+
 /// The daemon's address as a client sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Host {
@@ -138,6 +151,23 @@ mod tests {
             Host::Http { base } => base,
             Host::Unix(p) => format!("unix:{}", p.display()),
         }
+    }
+
+    #[test]
+    fn ollamas_host_variable_is_named_when_ours_is_missing() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|v| v.0 == k).map(|v| v.1.to_string())
+        };
+        assert_eq!(
+            ollama_host_note(env(&[("OLLAMA_HOST", "0.0.0.0:9")])).as_deref(),
+            Some(" (OLLAMA_HOST=\"0.0.0.0:9\" is not read: set OLLAMARS_HOST)")
+        );
+        assert_eq!(
+            ollama_host_note(env(&[("OLLAMA_HOST", "x"), ("OLLAMARS_HOST", "y")])),
+            None
+        );
+        assert_eq!(ollama_host_note(env(&[("OLLAMA_HOST", " ")])), None);
+        assert_eq!(ollama_host_note(env(&[])), None);
     }
 
     #[test]

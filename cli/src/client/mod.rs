@@ -45,13 +45,17 @@ const MAX_LINE: usize = 64 << 20;
 pub struct Client {
     http: reqwest::Client,
     host: Host,
+    /// Said after the address when nothing listens there ([`host::ollama_host_note`]).
+    note: String,
 }
 
 impl Client {
     /// A client of the daemon at `OLLAMARS_HOST`.
     pub fn from_env() -> anyhow::Result<Client> {
         let host = Host::from_env().map_err(anyhow::Error::msg)?;
-        Ok(Client::new(host)?)
+        let mut client = Client::new(host)?;
+        client.note = host::ollama_host_note(|k| std::env::var(k).ok()).unwrap_or_default();
+        Ok(client)
     }
 
     pub fn new(host: Host) -> Result<Client, Error> {
@@ -70,7 +74,11 @@ impl Client {
             builder = builder.unix_socket(path.as_path());
         }
         let http = builder.build().map_err(|e| Error::Transport(e.to_string()))?;
-        Ok(Client { http, host })
+        Ok(Client {
+            http,
+            host,
+            note: String::new(),
+        })
     }
 
     pub fn host(&self) -> &Host {
@@ -94,7 +102,7 @@ impl Client {
 
     fn transport(&self, e: reqwest::Error) -> Error {
         if e.is_connect() {
-            Error::NotRunning(self.host.to_string())
+            Error::NotRunning(format!("{}{}", self.host, self.note))
         } else {
             Error::Transport(registry::error::with_causes(&e))
         }
