@@ -346,6 +346,20 @@ fn integer_ranges() {
         40,
     );
     check_schema(json!({"type": "integer", "minimum": 0.5, "maximum": 3.5}), 20, 41);
+    // Wide bounds: zod's `z.number().int()` (±(2^53 - 1), which the grammar's 16 digits can
+    // pass), int64's limits (which they cannot), and integer literals an f64 cannot hold.
+    for (i, s) in [
+        json!({"type": "integer", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64}),
+        json!({"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX}),
+        json!({"type": "integer", "minimum": 9007199254740993_i64, "maximum": 9007199254740995_i64}),
+        json!({"type": "integer", "exclusiveMinimum": -9999999999999999_i64, "maximum": -9999999999999997_i64}),
+        json!({"type": "integer", "minimum": -1e300, "exclusiveMaximum": 1e300}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_schema(s, 40, 50 + i as u64);
+    }
 }
 
 /// Numbers with whole-number bounds (pydantic's `Field(ge=0, le=1)`): every output validates,
@@ -509,6 +523,11 @@ fn unenforceable_schemas_are_errors() {
         (
             json!({"type": "integer", "minimum": 5, "maximum": 1}),
             "no integer",
+        ),
+        (json!({"type": "integer", "minimum": 1e17}), "at most 16 digits"),
+        (
+            json!({"type": "integer", "exclusiveMaximum": -9999999999999999_i64}),
+            "at most 16 digits",
         ),
         (
             json!({"type": "array", "items": [{"type": "string"}], "minItems": 2}),

@@ -650,31 +650,36 @@ impl Converter {
         const BOUNDS: [&str; 4] = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"];
         if ty_str == Some("integer") && BOUNDS.iter().any(|k| s.contains_key(*k)) {
             check_keywords(s, &BOUNDS_AND_TYPE, "in an integer schema")?;
-            // The tightest integer bounds, as i64 (llama.cpp reads them as integers).
+            // The tightest integer bounds, as i64 (llama.cpp reads them as integers): exact for
+            // integer literals (an f64 loses integers past 2^53), else rounded inwards.
             let (lo, hi) = numeric_bounds(s)?;
-            let min = lo.map(|b| {
-                if b.exclusive {
-                    b.value.floor() + 1.0
-                } else {
-                    b.value.ceil()
-                }
-            });
-            let max = hi.map(|b| {
-                if b.exclusive {
-                    b.value.ceil() - 1.0
-                } else {
-                    b.value.floor()
-                }
-            });
-            let to_i64 = |x: f64| -> Result<i64, GrammarError> {
-                if x.abs() < 9.0e15 {
-                    Ok(x as i64)
-                } else {
-                    err("integer bounds beyond ±9e15 are not supported")
+            let whole = |b: Bound, lower: bool| -> i128 {
+                let inward = if lower { 1 } else { -1 };
+                match s.get(b.keyword).and_then(Value::as_i64) {
+                    Some(v) => i128::from(v) + if b.exclusive { inward } else { 0 },
+                    None => {
+                        let x = match (lower, b.exclusive) {
+                            (true, true) => b.value.floor() + 1.0,
+                            (true, false) => b.value.ceil(),
+                            (false, true) => b.value.ceil() - 1.0,
+                            (false, false) => b.value.floor(),
+                        };
+                        // Far past what the grammar can write either way (below).
+                        x.clamp(-1e18, 1e18) as i128
+                    }
                 }
             };
-            let min = min.map(to_i64).transpose()?;
-            let max = max.map(to_i64).transpose()?;
+            // The grammar writes integers of at most 16 digits (llama.cpp's `integral-part`),
+            // so a bound past that bounds nothing on its side: zod writes ±(2^53 - 1) for every
+            // `z.number().int()`, Go's and others' schemas the limits of int64.
+            const MOST: i128 = 9_999_999_999_999_999;
+            let min = lo.map(|b| whole(b, true)).filter(|&m| m > -MOST);
+            let max = hi.map(|b| whole(b, false)).filter(|&m| m < MOST);
+            if min.is_some_and(|m| m > MOST) || max.is_some_and(|m| m < -MOST) {
+                return err("no integer of at most 16 digits lies within the schema's bounds");
+            }
+            // Within ±MOST now, so within i64.
+            let (min, max) = (min.map(|m| m as i64), max.map(|m| m as i64));
             if let (Some(a), Some(b)) = (min, max) {
                 if a > b {
                     return err("no integer lies between 'minimum' and 'maximum'");
