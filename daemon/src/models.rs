@@ -215,18 +215,22 @@ pub async fn delete(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
             let req: NameBody = parse_body(&body)?;
             let requested = req.name()?;
             let name = parse_name(&requested)?;
-            // Unload it first if it is loaded and no other name uses its weights.
             let store = st.store.clone();
             let n2 = name.clone();
-            if let Ok(m) = blocking(move || registry::Model::load(&store, &n2)).await {
-                if let Some(p) = m.model_path {
-                    st.sched.evict(&p).await;
-                }
-            }
+            let weights = blocking(move || registry::Model::load(&store, &n2))
+                .await
+                .ok()
+                .and_then(|m| m.model_path);
             let store = st.store.clone();
             blocking(move || store.delete(&name))
                 .await
                 .map_err(|e| not_found_as(e, &requested))?;
+            // Unloaded only if its weights went with it: another name (a copy) may still use
+            // them, and a model that stays loaded under that name is not reloaded. (Ollama
+            // never unloads on delete; a deleted model's memory is freed here at once.)
+            if let Some(p) = weights.filter(|p| !p.exists()) {
+                st.sched.evict(&p).await;
+            }
             Ok(StatusCode::OK.into_response())
         }
         .await,

@@ -204,6 +204,18 @@ fn model_management_tags_show_copy_delete() {
         .collect();
     assert!(types.contains(&"Q8_0") && types.contains(&"F32"), "{types:?}");
 
+    d.post_ok(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": "x", "stream": false, "keep_alive": "10m",
+                "options": {"num_predict": 1}}),
+    );
+    let loaded = |d: &Daemon| {
+        d.get("/api/ps").json::<Value>().unwrap()["models"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(loaded(&d), 1);
     let r = d.post("/api/copy", &json!({"source": "tiny", "destination": "tiny2:v1"}));
     assert_eq!(r.status(), 200);
     let names: Vec<String> = d.get("/api/tags").json::<Value>().unwrap()["models"]
@@ -221,6 +233,8 @@ fn model_management_tags_show_copy_delete() {
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);
+    // The copy's weights are the original's: deleting the copy leaves the model loaded.
+    assert_eq!(loaded(&d), 1);
     let r = d.post("/api/show", &json!({"model": "tiny2:v1"}));
     assert_eq!(r.status(), 404);
     assert!(r.json::<Value>().unwrap()["error"]
@@ -239,6 +253,15 @@ fn model_management_tags_show_copy_delete() {
         "/api/generate",
         &json!({"model": "tiny", "prompt": "x", "stream": false, "options": {"num_predict": 1}}),
     );
+    // Deleting the last name of the weights unloads them.
+    let r = d
+        .client()
+        .delete(d.url("/api/delete"))
+        .json(&json!({"model": "tiny"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(loaded(&d), 0);
 }
 
 #[test]
