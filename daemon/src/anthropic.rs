@@ -323,14 +323,24 @@ fn messages_call(req: &MessagesRequest) -> ApiResult<ChatCall> {
 /// Decodes a `/v1/messages` body as the handler does, without a server (fuzz/).
 #[doc(hidden)]
 pub fn decode_messages(body: &[u8]) -> ApiResult<ChatCall> {
-    messages_call(&parse_body(body)?)
+    generation_call(&parse_body(body)?)
+}
+
+/// A `/v1/messages` generation: [`messages_call`] with `max_tokens`, which Anthropic's API (and
+/// Ollama's) require there (`count_tokens` takes the same body without it).
+fn generation_call(req: &MessagesRequest) -> ApiResult<ChatCall> {
+    let call = messages_call(req)?;
+    if req.max_tokens.is_none() {
+        return Err(ApiError::bad_request("max_tokens: Field required"));
+    }
+    Ok(call)
 }
 
 pub async fn messages(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let started = crate::metrics::arrival();
     let r = async {
         let req: MessagesRequest = parse_body(&body)?;
-        let call = messages_call(&req)?;
+        let call = generation_call(&req)?;
         let streaming = req.stream.unwrap_or(false);
         let enc = MessagesEncoder::new(req.stop_sequences.clone().unwrap_or_default());
         Ok(prepare_chat(&st, call, started)
@@ -406,13 +416,15 @@ impl MessagesEncoder {
         }
     }
 
-    /// A finished reply's `stop_reason` and `stop_sequence`.
+    /// A finished reply's `stop_reason` and `stop_sequence`. A reply with tool calls (whole
+    /// ones: the parser emits no other) is `tool_use` however it ended, as in Ollama, so that an
+    /// agent loop runs them.
     fn stop_fields(&self, s: &Summary, tool_calls: bool) -> (&'static str, Value) {
         let by_request = s.stop_sequence.as_ref().filter(|m| self.stops.contains(m));
         match (s.reason.as_str(), by_request) {
+            _ if tool_calls => ("tool_use", Value::Null),
             ("length", _) => ("max_tokens", Value::Null),
             (_, Some(m)) => ("stop_sequence", json!(m)),
-            _ if tool_calls => ("tool_use", Value::Null),
             _ => ("end_turn", Value::Null),
         }
     }
@@ -628,6 +640,19 @@ mod tests {
             delta,
             &json!({"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"})
         );
+        // Whole tool calls are run whatever ended the reply.
+        let call = ToolCall {
+            id: None,
+            name: "f".into(),
+            arguments: Default::default(),
+        };
+        let calls = ReplyDelta {
+            tool_calls: vec![call],
+            ..ReplyDelta::default()
+        };
+        let cut = summary(engine::stop::DoneReason::Length, 3);
+        let m = enc.single(calls, vec![], &cut, &info());
+        assert_eq!(m["stop_reason"], "tool_use");
         // A stop string of the model's own (not the request's) ends the turn as usual.
         let mut enc = MessagesEncoder::new(vec!["END".into()]);
         let m = enc.single(ReplyDelta::default(), vec![], &stopped_at("<|im_end|>"), &info());

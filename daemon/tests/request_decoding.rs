@@ -354,7 +354,7 @@ fn messages_system_blocks_and_a_tool_round_trip_become_chat_messages() {
 fn messages_tool_choice_and_effort_map_to_the_chat_call() {
     let tools = json!([{"name": "a"}, {"name": "b"}]);
     let base = |choice: Value| {
-        json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+        json!({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}],
         "tools": tools, "tool_choice": choice})
     };
     assert_eq!(
@@ -381,7 +381,7 @@ fn messages_tool_choice_and_effort_map_to_the_chat_call() {
     // Effort sets the level of thinking that is enabled; alone (as Claude Code sends it on every
     // request) it leaves thinking to the model, so a model that cannot think still answers.
     let think = |thinking: Value| {
-        let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+        let body = json!({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}],
             "thinking": thinking, "output_config": {"effort": "xhigh"}});
         messages(body).unwrap().common.think
     };
@@ -394,7 +394,7 @@ fn messages_tool_choice_and_effort_map_to_the_chat_call() {
     assert_eq!(think(Value::Null), None);
     // A "system" turn mid-conversation (Claude Code's mid-conversation-system) stays one.
     let c = messages(
-        json!({"model": "m", "messages": [{"role": "user", "content": "a"},
+        json!({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "a"},
         {"role": "system", "content": "agents: x"}, {"role": "user", "content": "b"}]}),
     )
     .unwrap();
@@ -414,6 +414,11 @@ fn messages_refuse_what_cannot_be_served_by_name() {
     assert!(
         messages_refused(json!({"model": "m", "messages": user, "max_tokens": 0})).contains("max_tokens")
     );
+    // Required, as by Anthropic's API and Ollama's.
+    assert_eq!(
+        messages_refused(json!({"model": "m", "messages": user})),
+        "max_tokens: Field required"
+    );
     assert_eq!(
         messages_refused(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})),
         r#"messages[0]: invalid role "tool" (must be "user", "assistant" or "system")"#
@@ -428,8 +433,10 @@ fn messages_refuse_what_cannot_be_served_by_name() {
         json!({"model": "m", "messages": user, "tools": [{"type": "bash_20250124", "name": "bash"}]})
     )
     .contains("bash_20250124"));
-    let c = messages(json!({"model": "m", "messages": user, "tools": [{"name": "f"},
-        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}))
+    let c = messages(
+        json!({"model": "m", "max_tokens": 9, "messages": user, "tools": [{"name": "f"},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}),
+    )
     .unwrap();
     assert_eq!(c.tools.iter().map(|t| t.name()).collect::<Vec<_>>(), ["f"]);
     assert!(
