@@ -14,8 +14,9 @@
 //!   answers are left alone.
 //!
 //! A tagged format also takes a reply that *starts* with a bare JSON call naming one of the
-//! request's tools: small models (Qwen2.5-Coder 0.5B, say) often leave out the marker their
-//! template asks for, and their users expect the call, not JSON in the content.
+//! request's tools (and the bare calls right after it): small models (Qwen2.5-Coder 0.5B, say)
+//! often leave out the marker their template asks for, and their users expect the calls, not
+//! JSON in the content.
 //!
 //! A call object may spell its arguments `arguments` or `parameters`, as an object or as a JSON
 //! string holding one, or nest them under `function`.
@@ -102,8 +103,11 @@ pub struct ToolCallParser {
     buf: String,
     /// For Json format: the text since the reply started, given back if it is not a call.
     pending: String,
-    /// A tagged format is trying a bare JSON call at the start of the reply.
+    /// A tagged format is trying a bare JSON call at the start of the reply (or after one).
     bare: bool,
+    /// The reply started with a bare call, so more may follow: a model that leaves out the
+    /// marker leaves it out of its parallel calls too.
+    bare_run: bool,
 }
 
 impl ToolCallParser {
@@ -120,6 +124,7 @@ impl ToolCallParser {
             buf: String::new(),
             pending: String::new(),
             bare: false,
+            bare_run: false,
         }
     }
 
@@ -221,7 +226,7 @@ impl ToolCallParser {
                     {
                         Some(calls) => {
                             out.calls.extend(calls);
-                            self.bare = false;
+                            self.bare_run |= std::mem::take(&mut self.bare);
                             self.pending.clear();
                             self.buf.drain(..ws + end);
                             self.state = State::AfterCall;
@@ -262,6 +267,13 @@ impl ToolCallParser {
                             // A Mistral array may be followed by more calls without a marker.
                             if trimmed.starts_with('{') && close.is_none() {
                                 self.buf.drain(..skipped);
+                                self.state = State::Call;
+                                continue;
+                            }
+                            // A bare call by more bare calls (what is not one stays content,
+                            // the whitespace before it included).
+                            if trimmed.starts_with('{') && self.bare_run {
+                                self.bare = true;
                                 self.state = State::Call;
                                 continue;
                             }
@@ -403,6 +415,32 @@ mod tests {
 
     fn tools() -> Vec<String> {
         vec!["get_weather".into(), "get_time".into()]
+    }
+
+    #[test]
+    fn bare_calls_after_a_bare_call_are_calls_too() {
+        let hermes = || ToolCallFormat::from_tag("<tool_call>");
+        let text = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n\
+            {\"name\": \"get_time\", \"arguments\": {}}\n{\"name\": \"get_w";
+        for n in [1, 3, 100] {
+            let r = run(hermes(), text, n);
+            let names: Vec<&str> = r.calls.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, ["get_weather", "get_time"], "chunk {n}");
+            // The unfinished third stays what the model wrote.
+            assert_eq!(r.content, "\n{\"name\": \"get_w", "chunk {n}");
+            // JSON naming no tool of the request after a call is content.
+            let r = run(hermes(), "{\"name\": \"get_time\"}\n{\"a\": 1} done", n);
+            assert_eq!(r.calls.len(), 1, "chunk {n}");
+            assert_eq!(r.content, "\n{\"a\": 1} done", "chunk {n}");
+        }
+        // After a marked call, bare JSON is still content (only a bare start opens a bare run).
+        let r = run(
+            hermes(),
+            "<tool_call>{\"name\": \"get_time\"}</tool_call>\n{\"name\": \"get_weather\"}",
+            5,
+        );
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.content, "\n{\"name\": \"get_weather\"}");
     }
 
     #[test]
