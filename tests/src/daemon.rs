@@ -294,6 +294,15 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("POST {path}: {e}\n{}", self.log()))
     }
 
+    /// `DELETE /api/delete` of `model`.
+    pub fn delete_model(&self, model: &str) -> Response {
+        self.client
+            .delete(self.url("/api/delete"))
+            .json(&json!({ "model": model }))
+            .send()
+            .unwrap_or_else(|e| panic!("DELETE {model}: {e}\n{}", self.log()))
+    }
+
     /// POSTs `body`, asserts a 200, and returns the JSON reply.
     pub fn post_ok(&self, path: &str, body: &Value) -> Value {
         let r = self.post(path, body);

@@ -226,12 +226,7 @@ fn model_management_tags_show_copy_delete() {
         .collect();
     assert!(names.contains(&"tiny2:v1".to_string()), "{names:?}");
 
-    let r = d
-        .client()
-        .delete(d.url("/api/delete"))
-        .json(&json!({"model": "tiny2:v1"}))
-        .send()
-        .unwrap();
+    let r = d.delete_model("tiny2:v1");
     assert_eq!(r.status(), 200);
     // The copy's weights are the original's: deleting the copy leaves the model loaded.
     assert_eq!(loaded(&d), 1);
@@ -241,12 +236,7 @@ fn model_management_tags_show_copy_delete() {
         .as_str()
         .unwrap()
         .contains("not found"));
-    let r = d
-        .client()
-        .delete(d.url("/api/delete"))
-        .json(&json!({"model": "tiny2:v1"}))
-        .send()
-        .unwrap();
+    let r = d.delete_model("tiny2:v1");
     assert_eq!(r.status(), 404);
     // The original is still there and answers.
     d.post_ok(
@@ -254,13 +244,7 @@ fn model_management_tags_show_copy_delete() {
         &json!({"model": "tiny", "prompt": "x", "stream": false, "options": {"num_predict": 1}}),
     );
     // Deleting the last name of the weights unloads them.
-    let r = d
-        .client()
-        .delete(d.url("/api/delete"))
-        .json(&json!({"model": "tiny"}))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(d.delete_model("tiny").status(), 200);
     assert_eq!(loaded(&d), 0);
 }
 

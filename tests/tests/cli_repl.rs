@@ -469,13 +469,7 @@ fn pull_shows_a_bar_per_layer_on_a_terminal() {
     );
     assert_eq!(pushed["status"], "success", "{pushed}");
     for model in ["tiny", name.as_str()] {
-        let r = d
-            .client()
-            .delete(d.url("/api/delete"))
-            .json(&json!({ "model": model }))
-            .send()
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        assert_eq!(d.delete_model(model).status(), 200);
     }
 
     let home = tempfile::tempdir().unwrap();

@@ -252,13 +252,7 @@ fn run_ok(d: &Daemon, path: &str, body: &Value) -> Duration {
 }
 
 fn delete(d: &Daemon, model: &str) -> u16 {
-    d.client()
-        .delete(d.url("/api/delete"))
-        .json(&json!({"model": model}))
-        .send()
-        .unwrap()
-        .status()
-        .as_u16()
+    d.delete_model(model).status().as_u16()
 }
 
 fn manifest_bytes(models: &Path, name: &str) -> Vec<u8> {

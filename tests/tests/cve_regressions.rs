@@ -168,11 +168,7 @@ fn cve_2024_37032_traversal_digest_and_names_in_create_pull_show_rejected() {
     for name in ["../../etc/passwd", "..%2f..%2fetc", "a/../../b", "/etc/passwd"] {
         for path in ["/api/show", "/api/pull", "/api/delete"] {
             let r = if path == "/api/delete" {
-                d.client()
-                    .delete(d.url(path))
-                    .json(&json!({"model": name}))
-                    .send()
-                    .unwrap()
+                d.delete_model(name)
             } else {
                 d.post(path, &json!({"model": name, "stream": false}))
             };
