@@ -547,23 +547,14 @@ impl Encoder for MessagesEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::testing::{info, summary, typed_events};
+    use crate::inference::testing::{delta, info, summary, typed_events, weather_call};
 
     #[test]
     fn a_stream_starts_fills_and_stops_each_block_in_order() {
         let mut enc = MessagesEncoder::new(vec![]);
-        let delta = |thinking: &str, content: &str, tool_calls: Vec<ToolCall>| ReplyDelta {
-            thinking: thinking.into(),
-            content: content.into(),
-            tool_calls,
-        };
         let mut frames = enc.output(delta("hm", "", vec![]), vec![], &info());
         frames.extend(enc.output(delta("m", "Sure", vec![]), vec![], &info()));
-        let call = ToolCall {
-            id: Some("toolu_9".into()),
-            name: "weather".into(),
-            arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
-        };
+        let call = weather_call("toolu_9");
         frames.extend(enc.output(delta("", "", vec![call]), vec![], &info()));
         frames.extend(enc.done(&summary(engine::stop::DoneReason::Stop, 4), &info()));
         let ev = typed_events(&frames);
@@ -635,21 +626,13 @@ mod tests {
         );
         let frames = enc.done(&stopped_at("\n\nHuman:"), &info());
         let ev = typed_events(&frames);
-        let delta = &ev.iter().find(|e| e["type"] == "message_delta").unwrap()["delta"];
+        let last = &ev.iter().find(|e| e["type"] == "message_delta").unwrap()["delta"];
         assert_eq!(
-            delta,
+            last,
             &json!({"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"})
         );
         // Whole tool calls are run whatever ended the reply.
-        let call = ToolCall {
-            id: None,
-            name: "f".into(),
-            arguments: Default::default(),
-        };
-        let calls = ReplyDelta {
-            tool_calls: vec![call],
-            ..ReplyDelta::default()
-        };
+        let calls = delta("", "", vec![weather_call("toolu_1")]);
         let cut = summary(engine::stop::DoneReason::Length, 3);
         let m = enc.single(calls, vec![], &cut, &info());
         assert_eq!(m["stop_reason"], "tool_use");

@@ -735,6 +735,7 @@ pub fn is_unload(k: Option<KeepAlive>) -> bool {
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
+    use engine::chat::ToolCall;
 
     /// A generation of `generated` tokens after a 5-token prompt, 2 of them cached.
     pub fn summary(reason: DoneReason, generated: usize) -> Summary {
@@ -761,6 +762,24 @@ pub(crate) mod testing {
             prompt: vec![1, 2, 3, 4, 5],
             truncation: None,
             context: false,
+        }
+    }
+
+    /// A piece of a reply.
+    pub fn delta(thinking: &str, content: &str, tool_calls: Vec<ToolCall>) -> ReplyDelta {
+        ReplyDelta {
+            thinking: thinking.into(),
+            content: content.into(),
+            tool_calls,
+        }
+    }
+
+    /// A call of `weather` for Paris, with this id.
+    pub fn weather_call(id: &str) -> ToolCall {
+        ToolCall {
+            id: Some(id.into()),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
         }
     }
 

@@ -806,25 +806,15 @@ impl Encoder for ResponseEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::testing::{info, summary, typed_events};
+    use crate::inference::testing::{delta, info, summary, typed_events, weather_call};
 
     #[test]
     fn a_stream_opens_fills_and_closes_each_item_in_order() {
         let mut enc = ResponseEncoder::new(echo(&ResponsesRequest::default()));
-        let delta = |thinking: &str, content: &str, tool_calls: Vec<ToolCall>| ReplyDelta {
-            thinking: thinking.into(),
-            content: content.into(),
-            tool_calls,
-        };
         let mut frames = enc.output(delta("let me ", "", vec![]), vec![], &info());
         frames.extend(enc.output(delta("see", "It is", vec![]), vec![], &info()));
         frames.extend(enc.output(delta("", " sunny", vec![]), vec![], &info()));
-        let call = ToolCall {
-            id: Some("call_9".into()),
-            name: "weather".into(),
-            arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
-        };
-        frames.extend(enc.output(delta("", "", vec![call]), vec![], &info()));
+        frames.extend(enc.output(delta("", "", vec![weather_call("call_9")]), vec![], &info()));
         frames.extend(enc.done(&summary(engine::stop::DoneReason::Length, 6), &info()));
         let ev = typed_events(&frames);
         let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();

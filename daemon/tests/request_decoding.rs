@@ -36,6 +36,14 @@ fn messages_refused(body: Value) -> String {
     msg(messages(body))
 }
 
+/// Each message's role and content.
+fn roles(c: &ChatCall) -> Vec<(&str, &str)> {
+    c.messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect()
+}
+
 #[test]
 fn ollama_chat_converts_messages_tools_and_think() {
     let body = json!({"model": "m", "think": "high", "top_logprobs": 2, "logprobs": true,
@@ -177,12 +185,7 @@ fn responses_string_input_is_one_user_message_after_the_instructions() {
     let c = responses(json!({"model": "m", "input": "hi", "instructions": "be brief",
         "max_output_tokens": 7, "reasoning": {"effort": "none"}}))
     .unwrap();
-    let roles: Vec<_> = c
-        .messages
-        .iter()
-        .map(|m| (m.role.as_str(), m.content.as_str()))
-        .collect();
-    assert_eq!(roles, [("system", "be brief"), ("user", "hi")]);
+    assert_eq!(roles(&c), [("system", "be brief"), ("user", "hi")]);
     let o = c.common.options.unwrap();
     assert_eq!(o["num_predict"], 7);
     assert_eq!(o["temperature"], 1.0);
@@ -398,12 +401,7 @@ fn messages_tool_choice_and_effort_map_to_the_chat_call() {
         {"role": "system", "content": "agents: x"}, {"role": "user", "content": "b"}]}),
     )
     .unwrap();
-    let roles: Vec<_> = c
-        .messages
-        .iter()
-        .map(|m| (m.role.as_str(), m.content.as_str()))
-        .collect();
-    assert_eq!(roles, [("user", "a"), ("system", "agents: x"), ("user", "b")]);
+    assert_eq!(roles(&c), [("user", "a"), ("system", "agents: x"), ("user", "b")]);
 }
 
 #[test]
