@@ -108,6 +108,8 @@ pub struct ToolCallParser {
     /// The reply started with a bare call, so more may follow: a model that leaves out the
     /// marker leaves it out of its parallel calls too.
     bare_run: bool,
+    /// A call has been parsed from this reply.
+    called: bool,
 }
 
 impl ToolCallParser {
@@ -125,6 +127,7 @@ impl ToolCallParser {
             pending: String::new(),
             bare: false,
             bare_run: false,
+            called: false,
         }
     }
 
@@ -136,8 +139,10 @@ impl ToolCallParser {
         out
     }
 
-    /// End of output: whatever is still held back is content (an unfinished call included, so
-    /// nothing the model wrote is lost).
+    /// End of output: whatever is still held back is content, except an unfinished call (cut by
+    /// the token limit) that a marker opened or that follows other calls: that is dropped, as
+    /// Ollama does, so no half call reaches the conversation's history as text. A reply that is
+    /// only the start of a bare JSON call stays content (it may be a JSON answer).
     pub fn finish(&mut self) -> ToolParse {
         let mut out = ToolParse::default();
         self.drive(&mut out, true);
@@ -212,12 +217,26 @@ impl ToolCallParser {
                         self.not_a_call(out);
                         continue;
                     }
+                    // Bare JSON that plainly is no call of the request's tools streams at once
+                    // rather than being held back until it is complete.
+                    let bare = self.bare || self.format == ToolCallFormat::Json;
+                    if bare && !may_be_call(body, &self.tools) {
+                        self.not_a_call(out);
+                        continue;
+                    }
                     let Some(end) = json_value_end(body) else {
-                        if eof {
-                            self.not_a_call(out);
-                            continue;
+                        if !eof {
+                            return;
                         }
-                        return;
+                        let marked = matches!(self.format, ToolCallFormat::Tagged { .. }) && !self.bare;
+                        if marked || self.called {
+                            self.buf.clear();
+                            self.pending.clear();
+                            self.state = State::Passthrough;
+                            return;
+                        }
+                        self.not_a_call(out);
+                        continue;
                     };
                     let raw = &body[..end];
                     match serde_json::from_str::<Value>(raw)
@@ -226,6 +245,7 @@ impl ToolCallParser {
                     {
                         Some(calls) => {
                             out.calls.extend(calls);
+                            self.called = true;
                             self.bare_run |= std::mem::take(&mut self.bare);
                             self.pending.clear();
                             self.buf.drain(..ws + end);
@@ -369,6 +389,41 @@ fn call_from(v: &Value) -> Option<ToolCall> {
     Some(ToolCall { id, name, arguments })
 }
 
+/// Whether `body`, the start of a JSON value, may still become a call of one of `tools`: an array,
+/// or an object whose first key is one a call has, and whose `name`, if that comes first and is
+/// complete, names one of the tools.
+fn may_be_call(body: &str, tools: &[String]) -> bool {
+    let Some(rest) = body.strip_prefix('{') else {
+        return true;
+    };
+    let Some((key, rest)) = json_string_start(rest.trim_start()) else {
+        return true;
+    };
+    if !["name", "function", "arguments", "parameters", "id", "type"].contains(&key.as_str()) {
+        return false;
+    }
+    let Some(rest) = rest.trim_start().strip_prefix(':') else {
+        return true;
+    };
+    match json_string_start(rest.trim_start()) {
+        Some((name, _)) if key == "name" => tools.contains(&name),
+        _ => true,
+    }
+}
+
+/// The JSON string at the start of `s` and the text after it, once the string is complete.
+fn json_string_start(s: &str) -> Option<(String, &str)> {
+    let body = s.strip_prefix('"')?;
+    let mut esc = false;
+    let end = body.bytes().position(|b| {
+        let closes = !esc && b == b'"';
+        esc = !esc && b == b'\\';
+        closes
+    })?;
+    let text = serde_json::from_str(&s[..end + 2]).ok()?;
+    Some((text, &body[end + 1..]))
+}
+
 /// The length of the longest suffix of `s` that is a proper prefix of `tag`.
 pub(crate) fn partial_suffix(s: &str, tag: &str) -> usize {
     let max = tag.len().saturating_sub(1).min(s.len());
@@ -426,8 +481,8 @@ mod tests {
             let r = run(hermes(), text, n);
             let names: Vec<&str> = r.calls.iter().map(|c| c.name.as_str()).collect();
             assert_eq!(names, ["get_weather", "get_time"], "chunk {n}");
-            // The unfinished third stays what the model wrote.
-            assert_eq!(r.content, "\n{\"name\": \"get_w", "chunk {n}");
+            // The unfinished third (cut by the token limit) is dropped, not left as content.
+            assert_eq!(r.content, "", "chunk {n}");
             // JSON naming no tool of the request after a call is content.
             let r = run(hermes(), "{\"name\": \"get_time\"}\n{\"a\": 1} done", n);
             assert_eq!(r.calls.len(), 1, "chunk {n}");
@@ -441,6 +496,34 @@ mod tests {
         );
         assert_eq!(r.calls.len(), 1);
         assert_eq!(r.content, "\n{\"name\": \"get_weather\"}");
+    }
+
+    /// Output cut by the token limit inside a call: a marked call, or one after other calls, is
+    /// dropped (as Ollama drops it); a reply that is only the start of bare JSON stays content.
+    #[test]
+    fn unfinished_calls_at_the_end() {
+        let llama = || ToolCallFormat::from_tag("{");
+        for n in [1, 4, 100] {
+            let r = run(qwen(), "Sure. <tool_call>\n{\"name\": \"get_wea", n);
+            assert_eq!((r.content.as_str(), r.calls.len()), ("Sure. ", 0), "chunk {n}");
+            let text = "<tool_call>{\"name\": \"get_time\"}</tool_call>\n<tool_call>{\"na";
+            let r = run(qwen(), text, n);
+            assert_eq!((r.content.as_str(), r.calls.len()), ("", 1), "chunk {n}");
+            let r = run(llama(), "{\"name\": \"get_time\"}; {\"name\": \"get_w", n);
+            assert_eq!((r.content.as_str(), r.calls.len()), ("", 1), "chunk {n}");
+            let r = run(llama(), "{\"name\": \"get_w", n);
+            assert_eq!(
+                (r.content.as_str(), r.calls.len()),
+                ("{\"name\": \"get_w", 0),
+                "chunk {n}"
+            );
+            let r = run(qwen(), "{\"name\": \"get_w", n);
+            assert_eq!(
+                (r.content.as_str(), r.calls.len()),
+                ("{\"name\": \"get_w", 0),
+                "chunk {n}"
+            );
+        }
     }
 
     #[test]
@@ -543,6 +626,29 @@ mod tests {
         }
     }
 
+    /// A JSON answer streams as soon as it plainly is no call: its first key is not one a call
+    /// has, or its leading `name` names none of the request's tools.
+    #[test]
+    fn json_answers_stream_once_they_are_no_call() {
+        for format in [qwen(), ToolCallFormat::from_tag("{")] {
+            let mut p = ToolCallParser::new(format.clone(), tools());
+            assert_eq!(p.push("{\"na").content, "");
+            assert_eq!(p.push("me\": \"get_w").content, "");
+            assert_eq!(
+                p.push("\\\"ho\", \"age\"").content,
+                "{\"name\": \"get_w\\\"ho\", \"age\""
+            );
+            assert_eq!(p.push(": 3}").content, ": 3}");
+            let mut p = ToolCallParser::new(format.clone(), tools());
+            assert_eq!(p.push(" {\"colo").content, "");
+            assert_eq!(p.push("r\": ").content, " {\"color\": ");
+            // A call's own keys, and a tool's name, are held until the JSON is complete.
+            let mut p = ToolCallParser::new(format, tools());
+            assert_eq!(p.push("{\"name\": \"get_time\", \"x\": ").content, "");
+            assert_eq!(p.push("1}").calls.len(), 1);
+        }
+    }
+
     #[test]
     fn content_streams_before_the_call_is_complete() {
         let mut p = ToolCallParser::new(qwen(), tools());
@@ -594,9 +700,6 @@ mod tests {
         let r = run(qwen(), "a <tool_call>not json</tool_call> b", 3);
         assert!(r.calls.is_empty());
         assert_eq!(r.content, "a <tool_call>not json</tool_call> b");
-        let r = run(qwen(), "<tool_call>{\"name\": \"get_time\", \"argu", 3);
-        assert!(r.calls.is_empty());
-        assert_eq!(r.content, "<tool_call>{\"name\": \"get_time\", \"argu");
         let r = run(qwen(), "x <tool_ca", 2);
         assert_eq!(r.content, "x <tool_ca");
     }
