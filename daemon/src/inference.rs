@@ -278,6 +278,9 @@ pub async fn start(plan: Plan, format_parser: Option<(&ChatFormat, &str)>) -> Ap
         info,
     } = plan;
     let loaded = lease.loaded.clone();
+    // A required tool call decides the reply's shape; a structured format describes a text
+    // reply, which there will not be (OpenAI accepts both; instructor sends both).
+    let structured = structured.filter(|_| required_tools.is_none());
     let mut sampler = Sampler::new(&options.sampling, loaded.model.n_vocab(), lease.n_ctx as usize)
         .map_err(engine_error)?;
     if let Some(format) = &structured {
@@ -291,7 +294,12 @@ pub async fn start(plan: Plan, format_parser: Option<(&ChatFormat, &str)>) -> Ap
     }
     let limit = PredictLimit::from_num_predict(options.num_predict).map_err(engine_error)?;
     let parser = match format_parser {
-        Some((f, prompt)) => f.reply_parser(prompt, think.as_ref(), &tools),
+        // A structured reply is the JSON the client asked for, never a call (the grammar leaves
+        // no room for a marker, and bare JSON naming a tool is its answer).
+        Some((f, prompt)) => {
+            let parsed = if structured.is_some() { &[][..] } else { &tools[..] };
+            f.reply_parser(prompt, think.as_ref(), parsed)
+        }
         None => engine::chat::ReplyParser::passthrough(),
     };
     let permit = lease.slot().await?;

@@ -366,11 +366,6 @@ fn chat_call(req: &ChatCompletionRequest) -> ApiResult<ChatCall> {
         .map(Tool)
         .collect();
     let (tools, required_tools) = tool_choice(req.tool_choice.as_ref(), offered)?;
-    if required_tools.is_some() && format.is_some() {
-        return Err(ApiError::bad_request(
-            "'response_format' cannot be used with a 'tool_choice' that requires a tool call",
-        ));
-    }
     Ok(ChatCall {
         common: CallCommon {
             model,

@@ -395,11 +395,6 @@ fn responses_call(req: &ResponsesRequest) -> ApiResult<ChatCall> {
     let mut offered = Vec::new();
     tools(req.tools.as_deref().unwrap_or_default(), "", &mut offered)?;
     let (tools, required_tools) = choose_tools(req.tool_choice.as_ref(), offered)?;
-    if required_tools.is_some() && format.is_some() {
-        return Err(ApiError::bad_request(
-            "'text.format' cannot be used with a 'tool_choice' that requires a tool call",
-        ));
-    }
     let options = sampling_options(
         req.options.clone(),
         Sampling {

@@ -244,10 +244,6 @@ fn qwen_tool_choice_requires_calls() {
         ),
         (json!({"tool_choice": "required"}), "only allowed when 'tools'"),
         (json!({"tools": tools, "tool_choice": "always"}), "tool_choice"),
-        (
-            json!({"tools": tools, "tool_choice": "required", "response_format": {"type": "json_object"}}),
-            "response_format",
-        ),
     ] {
         let mut body = body;
         body["model"] = json!("qwen");
@@ -256,6 +252,79 @@ fn qwen_tool_choice_requires_calls() {
         assert_eq!(resp.status().as_u16(), 400, "{body}");
         let err: Value = resp.json().unwrap();
         assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+/// A structured output format with tools: a required call wins (instructor sends both, as OpenAI
+/// accepts), and otherwise the reply is the requested JSON, never taken for a call even when it
+/// names a tool.
+#[test]
+fn qwen_structured_output_with_tools() {
+    let d = Daemon::start();
+    d.create_model("qwen", &models::qwen());
+    let tools = json!([clock_tool()]);
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}},
+                        "required": ["name"], "additionalProperties": false});
+    let ask = json!([{"role": "user", "content": "Reply with the JSON {\"name\": \"get_time\"} exactly."}]);
+    let r = d.post_ok(
+        "/v1/chat/completions",
+        &json!({"model": "qwen", "messages": ask, "tools": tools, "max_tokens": 48, "temperature": 0,
+                "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+                "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}),
+    );
+    assert_eq!(r["choices"][0]["finish_reason"], "tool_calls", "{r}");
+    assert_eq!(
+        r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
+        "{r}"
+    );
+    let flat = json!([{"type": "function", "name": "get_time",
+                       "parameters": clock_tool()["function"]["parameters"]}]);
+    let r = d.post_ok(
+        "/v1/responses",
+        &json!({"model": "qwen", "input": ask, "tools": flat, "max_output_tokens": 48, "temperature": 0,
+                "tool_choice": {"type": "function", "name": "get_time"},
+                "text": {"format": {"type": "json_schema", "name": "n", "schema": schema}}}),
+    );
+    let calls: Vec<&Value> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["type"] == "function_call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{r}");
+    assert_eq!(calls[0]["name"], "get_time", "{r}");
+
+    for stream in [false, true] {
+        let body = json!({"model": "qwen", "messages": ask, "tools": tools, "max_tokens": 48,
+                          "temperature": 0, "stream": stream,
+                          "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}});
+        let resp = d.post("/v1/chat/completions", &body);
+        assert_eq!(resp.status().as_u16(), 200);
+        let (content, calls) = if stream {
+            let events: Vec<Value> = sse_data(resp)
+                .iter()
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            let text: String = events
+                .iter()
+                .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            let calls = events
+                .iter()
+                .any(|e| !e["choices"][0]["delta"]["tool_calls"].is_null());
+            (text, calls)
+        } else {
+            let r: Value = resp.json().unwrap();
+            let m = &r["choices"][0]["message"];
+            (
+                m["content"].as_str().unwrap_or_default().to_string(),
+                !m["tool_calls"].is_null(),
+            )
+        };
+        assert!(!calls, "stream {stream}: {content}");
+        let answer: Value = serde_json::from_str(&content).unwrap();
+        assert!(answer["name"].is_string(), "{answer}");
     }
 }
 
