@@ -2,21 +2,21 @@
 //! `/api/delete`, `/api/pull`, `/api/push`, `/api/create`, `/api/blobs/:digest`, `/api/ps`,
 //! `/api/version` and `/`. The work is the registry crate's; this module speaks the wire.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{stream, StreamExt, TryStreamExt};
-use registry::{Digest, Name, Progress};
+use registry::{Capability, Digest, Name, Progress};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
-use crate::util::rfc3339;
+use crate::util::{lock, rfc3339};
 use crate::wire::parse_body;
 
 fn into_response(r: ApiResult<Response>) -> Response {
@@ -58,26 +58,53 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// `/api/tags`' capabilities by manifest digest: a manifest fixes them, and working them out
+/// reads the weights' header, too slow to repeat on every listing (clients poll it). Holds the
+/// last listing's models only.
+#[derive(Default)]
+pub struct ListedCapabilities(Mutex<HashMap<Digest, Vec<Capability>>>);
+
 pub async fn tags(State(st): State<Arc<AppState>>) -> Response {
     into_response(
         async {
             let store = st.store.clone();
-            let list = blocking(move || store.list()).await?;
+            let known = lock(&st.listed.0).clone();
+            let (list, caps) = blocking(move || {
+                let list = store.list()?;
+                // A model whose capabilities cannot be worked out (a missing blob, say) is listed
+                // without them, and tried again next time.
+                let caps: HashMap<Digest, Vec<Capability>> = list
+                    .iter()
+                    .filter_map(|m| {
+                        let c = known.get(&m.digest).cloned();
+                        let c = c.or_else(|| registry::capabilities(&store, &m.name).ok())?;
+                        Some((m.digest, c))
+                    })
+                    .collect();
+                Ok((list, caps))
+            })
+            .await?;
             let models: Vec<Value> = list
                 .iter()
                 .map(|m| {
                     let name = m.name.display_shortest();
                     let details = registry::Details::from_config(&m.config, m.parent_model.as_deref());
-                    json!({
+                    let mut v = json!({
                         "name": name,
                         "model": name,
                         "modified_at": rfc3339(m.modified),
                         "size": m.size,
                         "digest": m.digest.hex(),
                         "details": details_json(&details),
-                    })
+                    });
+                    // Ollama leaves the field out when empty.
+                    if let Some(c) = caps.get(&m.digest).filter(|c| !c.is_empty()) {
+                        v["capabilities"] = c.iter().map(|c| c.as_str()).collect();
+                    }
+                    v
                 })
                 .collect();
+            *lock(&st.listed.0) = caps;
             Ok(axum::Json(json!({ "models": models })).into_response())
         }
         .await,

@@ -690,6 +690,7 @@ pub(crate) mod tests {
             client: registry::Client::new().unwrap(),
             sched,
             formats: Default::default(),
+            listed: Default::default(),
             security: crate::server::Security::new(&config),
             config,
         });

@@ -27,6 +27,7 @@ pub struct AppState {
     pub client: registry::Client,
     pub sched: Arc<Scheduler>,
     pub formats: crate::formats::Formats,
+    pub listed: crate::models::ListedCapabilities,
     pub config: Config,
     pub security: Security,
 }
@@ -309,6 +310,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         client,
         sched: sched.clone(),
         formats: Default::default(),
+        listed: Default::default(),
         config,
         security,
     });

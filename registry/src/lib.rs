@@ -44,5 +44,5 @@ pub use modelfile::Modelfile;
 pub use name::Name;
 pub use progress::{Progress, ProgressFn};
 pub use remote::{Client, PullOptions, PushOptions};
-pub use show::{show, Capability, Details, Model, ShowInfo};
+pub use show::{capabilities, show, Capability, Details, Model, ShowInfo};
 pub use store::Store;

@@ -308,14 +308,26 @@ impl Model {
     }
 }
 
-/// Everything `/api/show` reports about a model. `verbose` keeps long metadata arrays and lists
-/// tensors.
-pub fn show(store: &Store, name: &Name, verbose: bool) -> Result<ShowInfo> {
+/// A model and its weights' header (none for a model without weights).
+fn load_with_header(store: &Store, name: &Name) -> Result<(Model, Option<GgufFile>)> {
     let model = Model::load(store, name)?;
     let gguf = match &model.model_path {
         Some(p) => Some(GgufFile::open(p)?),
         None => None,
     };
+    Ok((model, gguf))
+}
+
+/// A model's capabilities, as `/api/show` reports them ([`Model::capabilities`]).
+pub fn capabilities(store: &Store, name: &Name) -> Result<Vec<Capability>> {
+    let (model, gguf) = load_with_header(store, name)?;
+    Ok(model.capabilities(gguf.as_ref()))
+}
+
+/// Everything `/api/show` reports about a model. `verbose` keeps long metadata arrays and lists
+/// tensors.
+pub fn show(store: &Store, name: &Name, verbose: bool) -> Result<ShowInfo> {
+    let (model, gguf) = load_with_header(store, name)?;
     let capabilities = model.capabilities(gguf.as_ref());
     let mut details = model.details();
     let (mut model_info, mut tensors, mut chat_template) = (Map::new(), Vec::new(), None);

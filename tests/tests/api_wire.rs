@@ -191,6 +191,11 @@ fn model_management_tags_show_copy_delete() {
         .as_array()
         .unwrap()
         .contains(&json!("completion")));
+    // The listing carries the same capabilities (Ollama's `/api/tags` does), twice alike (cached).
+    for _ in 0..2 {
+        let tags = d.get("/api/tags").json::<Value>().unwrap();
+        assert_eq!(tags["models"][0]["capabilities"], show["capabilities"], "{tags}");
+    }
     assert_eq!(show["details"]["quantization_level"], "Q8_0");
     // Without a template of its own the model renders with Ollama's default, and shows it.
     assert_eq!(show["template"], "{{ .Prompt }}", "{show}");
