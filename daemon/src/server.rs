@@ -235,6 +235,29 @@ async fn trace(req: Request, next: Next) -> Response {
     resp
 }
 
+/// A path no route takes, answered as Ollama's router (gin) does: a trailing slash is redirected
+/// away (301 for GET, 307 keeping the method and body otherwise), anything else is
+/// `404 page not found`.
+async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    if path.len() > 1 && path.ends_with('/') {
+        let mut to = path.trim_end_matches('/').to_string();
+        if to.is_empty() {
+            to.push('/');
+        }
+        if let Some(q) = uri.query() {
+            to = format!("{to}?{q}");
+        }
+        let status = if method == Method::GET {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::TEMPORARY_REDIRECT
+        };
+        return (status, [(header::LOCATION, to)]).into_response();
+    }
+    (StatusCode::NOT_FOUND, "404 page not found").into_response()
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = usize::try_from(state.config.max_request_bytes).unwrap_or(usize::MAX);
     let blobs = Router::new()
@@ -267,6 +290,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models::openai_models))
         .route("/v1/models/{*model}", get(models::openai_model))
         .route("/metrics", get(metrics::handler))
+        .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
         .merge(blobs)
         .layer(middleware::from_fn_with_state(state.clone(), security::limit))

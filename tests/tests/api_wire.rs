@@ -433,6 +433,14 @@ fn errors_have_ollama_shapes_and_status_codes() {
 
     let r = d.get("/api/nothing-here");
     assert_eq!(r.status(), 404);
+    assert_eq!(r.text().unwrap(), "404 page not found");
+    // A trailing slash is redirected away, as Ollama's router does (the client follows it).
+    let r = d.get("/api/tags/");
+    assert_eq!(r.status(), 200);
+    assert!(r.json::<Value>().unwrap()["models"].is_array());
+    let r = d.post("/api/show/", &json!({"model": "tiny"}));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().unwrap()["details"]["family"], "llama");
 }
 
 #[test]
