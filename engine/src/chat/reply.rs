@@ -127,6 +127,68 @@ mod tests {
     use super::*;
     use crate::chat::ToolCallFormat;
 
+    /// Random output of thinking tags, call pieces and whitespace, fed whole and in random
+    /// chunks (streamed tokens): the same thinking, content and calls either way.
+    #[test]
+    fn chunking_never_changes_the_reply() {
+        const PIECES: [&str; 16] = [
+            "<think>",
+            "</think>",
+            "<tool_call>",
+            "</tool_call>",
+            "{",
+            "}",
+            "\"name\"",
+            "\"arguments\"",
+            "\"f\"",
+            ": ",
+            ", ",
+            "\n",
+            " ",
+            "x",
+            "<",
+            "\"",
+        ];
+        let parser = || {
+            let tools = ToolCallParser::new(ToolCallFormat::from_tag("<tool_call>"), vec!["f".into()]);
+            ReplyParser::new(
+                Some(ThinkingParser::new("<think>", "</think>")),
+                true,
+                Some(tools),
+            )
+        };
+        let collect = |text: &str, cuts: &mut dyn FnMut(usize) -> usize| {
+            let mut p = parser();
+            let mut all = ReplyDelta::default();
+            let mut rest = text;
+            while !rest.is_empty() {
+                let k = cuts(rest.len());
+                let d = p.push(&rest[..k]);
+                all.thinking.push_str(&d.thinking);
+                all.content.push_str(&d.content);
+                all.tool_calls.extend(d.tool_calls);
+                rest = &rest[k..];
+            }
+            let d = p.finish();
+            all.thinking.push_str(&d.thinking);
+            all.content.push_str(&d.content);
+            all.tool_calls.extend(d.tool_calls);
+            all
+        };
+        let mut rng = crate::kernels::tests::Rng::new(9);
+        for case in 0..3000 {
+            let n = 1 + rng.next() as usize % 20;
+            let text: String = (0..n)
+                .map(|_| PIECES[rng.next() as usize % PIECES.len()])
+                .collect();
+            let whole = collect(&text, &mut |len| len);
+            for _ in 0..3 {
+                let got = collect(&text, &mut |len| (1 + rng.next() as usize % 5).min(len));
+                assert_eq!(got, whole, "case {case}: {text:?}");
+            }
+        }
+    }
+
     #[test]
     fn thinking_then_tool_call() {
         let mut p = ReplyParser::new(

@@ -333,17 +333,10 @@ impl ToolCallParser {
         }
         match &self.format {
             ToolCallFormat::Tagged { open, .. } => {
+                // The marker was taken from the text: it goes back, and the rest is content
+                // searched for the next marker (one only begun at the end is held as usual).
                 out.content.push_str(open);
                 self.state = State::Content;
-                // Emit the rest up to any further marker on the next turn of the loop.
-                let i = self
-                    .buf
-                    .find(open.as_str())
-                    .unwrap_or(self.buf.len())
-                    .max(1)
-                    .min(self.buf.len());
-                out.content.push_str(&self.buf[..i]);
-                self.buf.drain(..i);
             }
             ToolCallFormat::Json => self.state = State::Passthrough,
         }
@@ -563,6 +556,68 @@ mod tests {
             p.push("{\"name\": \"get_weather\"").content,
             "{\"name\": \"get_weather\""
         );
+    }
+
+    /// Random output made of the pieces calls are made of, fed whole and in random chunks: every
+    /// format gives the same content and calls however the output arrives (streamed tokens or
+    /// one piece), and the content never loses text that is not part of a call.
+    #[test]
+    fn chunking_never_changes_the_result() {
+        const PIECES: [&str; 22] = [
+            "<tool_call>",
+            "</tool_call>",
+            "[TOOL_CALLS]",
+            "<|python_tag|>",
+            "{",
+            "}",
+            "[",
+            "]",
+            "\"name\"",
+            "\"arguments\"",
+            "\"parameters\"",
+            "\"function\"",
+            "\"get_time\"",
+            "\"other\"",
+            ": ",
+            ", ",
+            "\"",
+            "\\",
+            "\n",
+            " ",
+            "x",
+            "; ",
+        ];
+        let formats = [
+            qwen(),
+            ToolCallFormat::from_tag("[TOOL_CALLS] ["),
+            ToolCallFormat::from_tag("{"),
+        ];
+        let mut rng = crate::kernels::tests::Rng::new(5);
+        for case in 0..3000 {
+            let n = 1 + rng.next() as usize % 24;
+            let text: String = (0..n)
+                .map(|_| PIECES[rng.next() as usize % PIECES.len()])
+                .collect();
+            for format in &formats {
+                let whole = run(format.clone(), &text, text.len());
+                for _ in 0..3 {
+                    let mut p = ToolCallParser::new(format.clone(), tools());
+                    let mut got = ToolParse::default();
+                    let mut rest = text.as_str();
+                    while !rest.is_empty() {
+                        let k = (1 + rng.next() as usize % 6).min(rest.len());
+                        let r = p.push(&rest[..k]);
+                        got.content.push_str(&r.content);
+                        got.calls.extend(r.calls);
+                        rest = &rest[k..];
+                    }
+                    let r = p.finish();
+                    got.content.push_str(&r.content);
+                    got.calls.extend(r.calls);
+                    assert_eq!(got, whole, "case {case}, {format:?}: {text:?}");
+                }
+            }
+        }
     }
 
     /// Feeds the output in chunks of `n` bytes (on char boundaries) and collects everything.
