@@ -514,7 +514,7 @@ impl Encoder for MessagesEncoder {
         self.close(&mut out);
         let (reason, sequence) = self.stop_fields(s, self.tool_used);
         let delta = json!({"stop_reason": reason, "stop_sequence": sequence});
-        let usage = json!({"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()});
+        let usage = json!({"input_tokens": s.prompt_tokens, "output_tokens": s.eval_count()});
         out.push(event("message_delta", json!({"delta": delta, "usage": usage})));
         out.push(event("message_stop", json!({})));
         out
@@ -536,7 +536,7 @@ impl Encoder for MessagesEncoder {
         let (reason, sequence) = self.stop_fields(s, !all.tool_calls.is_empty());
         json!({"id": self.id, "type": "message", "role": "assistant", "model": info.model,
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": {"input_tokens": s.prompt_tokens, "output_tokens": s.generated.len()}})
+            "usage": {"input_tokens": s.prompt_tokens, "output_tokens": s.eval_count()}})
     }
 
     fn error_response(&self, e: ApiError) -> Response {

@@ -500,7 +500,7 @@ pub fn metrics(obj: &mut Map<String, Value>, s: &Summary, info: &RunInfo) {
     put("load_duration", ns(info.load_duration));
     put("prompt_eval_count", s.prompt_tokens as u64);
     put("prompt_eval_duration", ns(s.prompt_duration));
-    put("eval_count", s.generated.len() as u64);
+    put("eval_count", s.eval_count() as u64);
     put("eval_duration", ns(s.eval_duration));
     if let Some(t) = &info.truncation {
         obj.insert("truncated".into(), json!(true));
@@ -708,6 +708,7 @@ pub fn respond_empty<E: Encoder>(mut enc: E, model: &str, streaming: bool) -> Re
         cached_tokens: 0,
         prompt_duration: Duration::ZERO,
         generated: Vec::new(),
+        end_token: false,
         eval_duration: Duration::ZERO,
         context_shifts: 0,
         thinking_tokens: 0,
@@ -754,6 +755,7 @@ pub(crate) mod testing {
             cached_tokens: 2,
             prompt_duration: Duration::ZERO,
             generated: vec![0; generated],
+            end_token: false,
             eval_duration: Duration::ZERO,
             context_shifts: 0,
             thinking_tokens: 0,

@@ -454,6 +454,7 @@ mod tests {
             prompt_tokens: prompt,
             cached_tokens: cached,
             generated: vec![1; generated],
+            end_token: false,
             prompt_duration: Duration::from_millis(100),
             eval_duration: Duration::from_millis(200),
             reason: engine::stop::DoneReason::Stop,

@@ -428,8 +428,8 @@ fn finish_reason(s: &Summary, tool_calls: bool) -> &'static str {
 }
 
 fn usage(s: &Summary) -> Value {
-    json!({"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated.len(),
-        "total_tokens": s.prompt_tokens + s.generated.len()})
+    json!({"prompt_tokens": s.prompt_tokens, "completion_tokens": s.eval_count(),
+        "total_tokens": s.prompt_tokens + s.eval_count()})
 }
 
 fn oa_tool_calls(calls: &[ToolCall], first: usize) -> Value {

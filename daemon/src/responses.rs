@@ -497,7 +497,7 @@ fn new_id(prefix: &str) -> String {
 }
 
 fn usage(s: &Summary) -> Value {
-    let output = s.generated.len();
+    let output = s.eval_count();
     json!({"input_tokens": s.prompt_tokens, "input_tokens_details": {"cached_tokens": s.cached_tokens},
         "output_tokens": output, "output_tokens_details": {"reasoning_tokens": s.thinking_tokens},
         "total_tokens": s.prompt_tokens + output})

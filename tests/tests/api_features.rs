@@ -116,10 +116,10 @@ fn media_markers_show_as_nothing_and_end_of_turn_tokens_stop() {
     assert!(marker + 1 < end, "text follows the marker");
 }
 
-/// How many logprobs items a reply has: one per generated token, and one for the end-of-turn
-/// token that stopped it (`stopped`), which is not counted in `eval_count`.
-fn n_logprobs(eval_count: &Value, stopped: bool) -> usize {
-    eval_count.as_u64().unwrap() as usize + usize::from(stopped)
+/// How many logprobs items a reply has: one per sampled token, the end-of-turn token that
+/// stopped it included, which is what `eval_count` counts (as in Ollama).
+fn n_logprobs(eval_count: &Value) -> usize {
+    eval_count.as_u64().unwrap() as usize
 }
 
 /// Checks Ollama logprobs items: `n` of them, greedy picks the most likely of `top`
@@ -146,7 +146,7 @@ fn logprobs_on_generate_chat_and_openai_chat() {
     let body = json!({"model": "tiny", "prompt": "Once upon a time", "stream": false,
         "options": greedy(6), "logprobs": true, "top_logprobs": 3});
     let r = d.post_ok("/api/generate", &body);
-    let n = n_logprobs(&r["eval_count"], r["done_reason"] == "stop");
+    let n = n_logprobs(&r["eval_count"]);
     check_ollama_logprobs(
         r["logprobs"].as_array().unwrap(),
         n,
@@ -178,7 +178,7 @@ fn logprobs_on_generate_chat_and_openai_chat() {
         &json!({"model": "tiny", "messages": [{"role": "user", "content": "hello"}],
             "stream": false, "options": greedy(5), "logprobs": true, "top_logprobs": 2}),
     );
-    let n = n_logprobs(&r["eval_count"], r["done_reason"] == "stop");
+    let n = n_logprobs(&r["eval_count"]);
     check_ollama_logprobs(
         r["logprobs"].as_array().unwrap(),
         n,
@@ -191,10 +191,7 @@ fn logprobs_on_generate_chat_and_openai_chat() {
         "max_tokens": 5, "temperature": 0, "seed": 1, "logprobs": true, "top_logprobs": 2});
     let r = d.post_ok("/v1/chat/completions", &body);
     let content = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
-    let n = n_logprobs(
-        &r["usage"]["completion_tokens"],
-        r["choices"][0]["finish_reason"] == "stop",
-    );
+    let n = n_logprobs(&r["usage"]["completion_tokens"]);
     check_ollama_logprobs(
         content,
         n,

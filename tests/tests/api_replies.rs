@@ -328,6 +328,42 @@ fn qwen_structured_output_with_tools() {
     }
 }
 
+/// The end-of-turn token that ends a reply is counted, as Ollama and llama.cpp count it: a reply
+/// that is nothing but that token has an `eval_count` of 1, not none (ollama-rs then dropped
+/// all of the reply's statistics), on every API.
+#[test]
+fn qwen_counts_the_end_token() {
+    let d = Daemon::start();
+    d.create_model("qwen", &models::qwen());
+    let done = json!([{"role": "user", "content": "Say only OK"}, {"role": "assistant", "content": "OK"}]);
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "qwen", "messages": done, "stream": false,
+                "options": {"temperature": 0, "num_predict": 16}}),
+    );
+    assert_eq!(
+        (&r["message"]["content"], &r["done_reason"]),
+        (&json!(""), &json!("stop")),
+        "{r}"
+    );
+    assert_eq!(r["eval_count"], 1, "{r}");
+    let r = d.post_ok(
+        "/v1/chat/completions",
+        &json!({"model": "qwen", "messages": done, "max_tokens": 16, "temperature": 0}),
+    );
+    assert_eq!(r["usage"]["completion_tokens"], 1, "{r}");
+    // A reply with words: one count per token, its end included (the logprobs list every one).
+    let r = d.post_ok(
+        "/api/chat",
+        &json!({"model": "qwen", "messages": [{"role": "user", "content": "Say hello."}], "stream": false,
+                "logprobs": true, "options": {"temperature": 0, "num_predict": 32}}),
+    );
+    assert_eq!(r["done_reason"], "stop", "{r}");
+    let items = r["logprobs"].as_array().unwrap().len();
+    assert!(items > 1, "{r}");
+    assert_eq!(r["eval_count"], items, "{r}");
+}
+
 /// Options Ollama removed from its engine (Mirostat, tfs_z, penalize_newline) are still accepted
 /// by /api/generate; Mirostat samples (with a seed, the same text twice).
 #[test]

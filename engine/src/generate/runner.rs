@@ -155,6 +155,9 @@ pub struct Summary {
     pub prompt_duration: Duration,
     /// Tokens generated (including one that ended the generation at a stop string).
     pub generated: Vec<TokenId>,
+    /// The generation ended on the model's end-of-generation token (sampled, but not in
+    /// `generated`: it is no output).
+    pub end_token: bool,
     /// Of those, the tokens of the reply's thinking, its tags included.
     pub thinking_tokens: usize,
     /// From the first sampled token to the end.
@@ -163,6 +166,14 @@ pub struct Summary {
     pub context_shifts: usize,
     /// Which slot served the request.
     pub slot: usize,
+}
+
+impl Summary {
+    /// Tokens sampled, the end-of-generation token included: the eval count Ollama and
+    /// llama.cpp report (`eval_count`, and the APIs' completion or output tokens).
+    pub fn eval_count(&self) -> usize {
+        self.generated.len() + usize::from(self.end_token)
+    }
 }
 
 /// How a runner sets up its context.
@@ -293,6 +304,8 @@ struct Active {
     /// Index of this slot's output in the current batch.
     output: Option<usize>,
     generated: Vec<TokenId>,
+    /// It ended on the end-of-generation token.
+    end_token: bool,
     thinking_tokens: usize,
     started: Instant,
     first_token: Option<Instant>,
@@ -538,6 +551,7 @@ impl Runner {
                 pending: None,
                 output: None,
                 generated: Vec::new(),
+                end_token: false,
                 thinking_tokens: 0,
                 started: Instant::now(),
                 first_token: None,
@@ -686,8 +700,9 @@ impl Runner {
             }
         }
         if self.vocab.is_eog(tok) {
+            let a = self.slots[i].busy.as_mut().expect("busy");
+            a.end_token = true;
             if !logprobs.is_empty() {
-                let a = self.slots[i].busy.as_mut().expect("busy");
                 let delta = ReplyDelta::default();
                 if !(a.req.sink)(Event::Output { delta, logprobs }) {
                     a.req.cancel.cancel();
@@ -755,6 +770,7 @@ impl Runner {
             cached_tokens: a.cached,
             prompt_duration: first - a.started,
             generated: a.generated,
+            end_token: a.end_token,
             eval_duration: now - first,
             context_shifts: a.shifts,
             thinking_tokens: a.thinking_tokens,
