@@ -111,6 +111,17 @@ pub async fn tags(State(st): State<Arc<AppState>>) -> Response {
     )
 }
 
+/// `/api/me` and `/api/signout`: Ollama's ollama.com account endpoints, which its CLI calls
+/// before `push` to an ollama.com name and for `signin`/`signout`. ollamars has no accounts, so
+/// they say so (the CLI prints the error) instead of a bare 404.
+pub async fn no_accounts() -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "ollamars does not sign in to ollama.com: pulling needs no account, and models are pushed to a registry named in the model name (host/namespace/model)",
+    )
+    .into_response()
+}
+
 /// A body's model name: `model`, or the legacy `name`.
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -155,7 +166,9 @@ pub async fn show(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
                 // Without either, requests use the fallback, as Ollama's default template.
                 "template": info.model.template.clone().or(info.chat_template.clone())
                     .unwrap_or_else(|| engine::template::FALLBACK_TEMPLATE.to_string()),
-                "system": req.system.clone().or(info.model.system.clone()).unwrap_or_default(),
+                // An empty `system` (the Go CLI always sends the field) keeps the model's.
+                "system": req.system.clone().filter(|s| !s.is_empty())
+                    .or(info.model.system.clone()).unwrap_or_default(),
                 "details": details_json(&info.details),
                 "model_info": Value::Object(info.model_info.clone()),
                 "capabilities": info.capabilities.iter().map(|c| c.as_str()).collect::<Vec<_>>(),

@@ -281,6 +281,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/push", post(models::push))
         .route("/api/create", post(models::create))
         .route("/api/ps", get(models::ps))
+        .route("/api/me", post(models::no_accounts))
+        .route("/api/signout", post(models::no_accounts))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(openai::embeddings))

@@ -191,6 +191,21 @@ fn model_management_tags_show_copy_delete() {
         .as_array()
         .unwrap()
         .contains(&json!("completion")));
+    // A request's `system` shows instead of the model's, an empty one does not (Ollama's CLI
+    // always sends the field).
+    let r = d.post_ok(
+        "/api/create",
+        &json!({"model": "terse", "from": "tiny", "system": "You are terse.", "stream": false}),
+    );
+    assert_eq!(r["status"], "success");
+    for (asked, shown) in [("", "You are terse."), ("Be kind.", "Be kind.")] {
+        let s = d.post_ok(
+            "/api/show",
+            &json!({"model": "terse", "system": asked, "template": ""}),
+        );
+        assert_eq!(s["system"], shown, "{s}");
+    }
+    assert_eq!(d.delete_model("terse").status(), 200);
     // The listing carries the same capabilities (Ollama's `/api/tags` does), twice alike (cached).
     for _ in 0..2 {
         let tags = d.get("/api/tags").json::<Value>().unwrap();
@@ -434,6 +449,14 @@ fn errors_have_ollama_shapes_and_status_codes() {
     let r = d.get("/api/nothing-here");
     assert_eq!(r.status(), 404);
     assert_eq!(r.text().unwrap(), "404 page not found");
+    // Ollama's account endpoints (its CLI calls /api/me before a push to ollama.com) say that
+    // there are no accounts here, in a message the CLI prints.
+    for path in ["/api/me", "/api/signout"] {
+        let r = d.post(path, &json!({}));
+        assert_eq!(r.status(), 501, "{path}");
+        let e = r.json::<Value>().unwrap();
+        assert!(e["error"].as_str().unwrap().contains("ollama.com"), "{e}");
+    }
     // A trailing slash is redirected away, as Ollama's router does (the client follows it).
     let r = d.get("/api/tags/");
     assert_eq!(r.status(), 200);
