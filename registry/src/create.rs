@@ -129,14 +129,17 @@ impl CreateRequest {
 pub const ADAPTERS_UNSUPPORTED: &str = "ADAPTER (LoRA adapters) is not supported by ollamars: merge the adapter into the model (llama.cpp's llama-export-lora) and use the merged GGUF in FROM";
 
 /// Resolves a `FROM`/`ADAPTER` value to local files: `None` if it is not an existing path.
+/// Whether a FROM value that names no file is meant as one (not as a model name).
+fn looks_like_path(value: &str) -> bool {
+    value.starts_with(['.', '/', '~', '\\']) || value.to_ascii_lowercase().ends_with(".gguf")
+}
+
 fn local_files(value: &str, base_dir: &Path) -> std::result::Result<Option<Vec<(String, PathBuf)>>, String> {
     let path = expand_path(value, base_dir);
     let meta = match std::fs::metadata(&path) {
         Ok(m) => m,
         Err(_) => {
-            let looks_like_path =
-                value.starts_with(['.', '/', '~', '\\']) || value.to_ascii_lowercase().ends_with(".gguf");
-            return if looks_like_path {
+            return if looks_like_path(value) {
                 Err(format!("{value}: no such file or directory"))
             } else {
                 Ok(None)
@@ -293,6 +296,13 @@ pub async fn create(
     // Base layers: another model's, or the given files'.
     let layers: Vec<Layer>;
     if let Some(from) = non_empty(&req.from) {
+        // A path reaches here when the client found no file there (Ollama's CLI then sends it as
+        // a name): say that, not why it is no model name. The path is not echoed (CVE-2024-39719).
+        if looks_like_path(from) {
+            return Err(Error::InvalidRequest(
+                "FROM names a file path, which the server does not read: the client uploads the file and creates from it, so check that the file exists where the client runs".into(),
+            ));
+        }
         let from_name = Name::parse(from)?;
         let base = match store.find_manifest(&from_name)? {
             Some(m) => m,
