@@ -601,19 +601,7 @@ mod tests {
             for format in &formats {
                 let whole = run(format.clone(), &text, text.len());
                 for _ in 0..3 {
-                    let mut p = ToolCallParser::new(format.clone(), tools());
-                    let mut got = ToolParse::default();
-                    let mut rest = text.as_str();
-                    while !rest.is_empty() {
-                        let k = (1 + rng.next() as usize % 6).min(rest.len());
-                        let r = p.push(&rest[..k]);
-                        got.content.push_str(&r.content);
-                        got.calls.extend(r.calls);
-                        rest = &rest[k..];
-                    }
-                    let r = p.finish();
-                    got.content.push_str(&r.content);
-                    got.calls.extend(r.calls);
+                    let got = run_cut(format.clone(), &text, &mut || 1 + rng.next() as usize % 6);
                     assert_eq!(got, whole, "case {case}, {format:?}: {text:?}");
                 }
             }
@@ -622,11 +610,16 @@ mod tests {
 
     /// Feeds the output in chunks of `n` bytes (on char boundaries) and collects everything.
     fn run(format: ToolCallFormat, text: &str, n: usize) -> ToolParse {
+        run_cut(format, text, &mut || n)
+    }
+
+    /// As [`run`], with each chunk's size from `size` (at least 1).
+    fn run_cut(format: ToolCallFormat, text: &str, size: &mut dyn FnMut() -> usize) -> ToolParse {
         let mut p = ToolCallParser::new(format, tools());
         let mut all = ToolParse::default();
         let mut rest = text;
         while !rest.is_empty() {
-            let mut k = n.min(rest.len());
+            let mut k = size().min(rest.len());
             while !rest.is_char_boundary(k) {
                 k += 1;
             }
