@@ -411,9 +411,7 @@ pub async fn respond<E: Encoder>(mut run: Running, mut enc: E, streaming: bool) 
             match ev {
                 Event::Output { delta, logprobs } => {
                     run.observe_output();
-                    all.thinking.push_str(&delta.thinking);
-                    all.content.push_str(&delta.content);
-                    all.tool_calls.extend(delta.tool_calls);
+                    all.append(delta);
                     lps.extend(logprobs);
                 }
                 Event::Done(s) => {

@@ -42,15 +42,9 @@ fn reply(model: &ModelTemplates, think: Option<Think>, tools: &[Tool], output: &
     let mut all = ReplyDelta::default();
     let chars: Vec<char> = output.chars().collect();
     for chunk in chars.chunks(3) {
-        let d = parser.push(&chunk.iter().collect::<String>());
-        all.thinking.push_str(&d.thinking);
-        all.content.push_str(&d.content);
-        all.tool_calls.extend(d.tool_calls);
+        all.append(parser.push(&chunk.iter().collect::<String>()));
     }
-    let d = parser.finish();
-    all.thinking.push_str(&d.thinking);
-    all.content.push_str(&d.content);
-    all.tool_calls.extend(d.tool_calls);
+    all.append(parser.finish());
     (prompt, all)
 }
 

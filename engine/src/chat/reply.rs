@@ -20,6 +20,13 @@ impl ReplyDelta {
     pub fn is_empty(&self) -> bool {
         self.thinking.is_empty() && self.content.is_empty() && self.tool_calls.is_empty()
     }
+
+    /// Adds a later piece of the same reply.
+    pub fn append(&mut self, later: ReplyDelta) {
+        self.thinking.push_str(&later.thinking);
+        self.content.push_str(&later.content);
+        self.tool_calls.extend(later.tool_calls);
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -163,16 +170,10 @@ mod tests {
             let mut rest = text;
             while !rest.is_empty() {
                 let k = cuts(rest.len());
-                let d = p.push(&rest[..k]);
-                all.thinking.push_str(&d.thinking);
-                all.content.push_str(&d.content);
-                all.tool_calls.extend(d.tool_calls);
+                all.append(p.push(&rest[..k]));
                 rest = &rest[k..];
             }
-            let d = p.finish();
-            all.thinking.push_str(&d.thinking);
-            all.content.push_str(&d.content);
-            all.tool_calls.extend(d.tool_calls);
+            all.append(p.finish());
             all
         };
         let mut rng = crate::kernels::tests::Rng::new(9);
@@ -205,10 +206,7 @@ mod tests {
             " f.</think>\n\nOk. <tool_",
             "call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>",
         ] {
-            let d = p.push(piece);
-            all.thinking.push_str(&d.thinking);
-            all.content.push_str(&d.content);
-            all.tool_calls.extend(d.tool_calls);
+            all.append(p.push(piece));
         }
         let d = p.finish();
         assert!(d.is_empty());

@@ -751,10 +751,7 @@ impl Runner {
         }
         let rest = a.req.stop.finish();
         let mut delta = a.req.parser.push(&rest);
-        let tail = a.req.parser.finish();
-        delta.thinking.push_str(&tail.thinking);
-        delta.content.push_str(&tail.content);
-        delta.tool_calls.extend(tail.tool_calls);
+        delta.append(a.req.parser.finish());
         if !delta.is_empty() {
             (a.req.sink)(Event::Output {
                 delta,
