@@ -235,26 +235,9 @@ async fn trace(req: Request, next: Next) -> Response {
     resp
 }
 
-/// A path no route takes, answered as Ollama's router (gin) does: a trailing slash is redirected
-/// away (301 for GET, 307 keeping the method and body otherwise), anything else is
-/// `404 page not found`.
-async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
-    let path = uri.path();
-    if path.len() > 1 && path.ends_with('/') {
-        let mut to = path.trim_end_matches('/').to_string();
-        if to.is_empty() {
-            to.push('/');
-        }
-        if let Some(q) = uri.query() {
-            to = format!("{to}?{q}");
-        }
-        let status = if method == Method::GET {
-            StatusCode::MOVED_PERMANENTLY
-        } else {
-            StatusCode::TEMPORARY_REDIRECT
-        };
-        return (status, [(header::LOCATION, to)]).into_response();
-    }
+/// A path no route takes, answered as Ollama's router (gin) answers it. (gin also redirects a
+/// trailing slash away when the path without it is a route; axum cannot say which paths are.)
+async fn no_route() -> Response {
     (StatusCode::NOT_FOUND, "404 page not found").into_response()
 }
 
