@@ -178,10 +178,7 @@ mod tests {
         };
         let mut rng = crate::kernels::tests::Rng::new(9);
         for case in 0..3000 {
-            let n = 1 + rng.next() as usize % 20;
-            let text: String = (0..n)
-                .map(|_| PIECES[rng.next() as usize % PIECES.len()])
-                .collect();
+            let text = crate::chat::tools::tests::random_text(&mut rng, &PIECES, 20);
             let whole = collect(&text, &mut |len| len);
             for _ in 0..3 {
                 let got = collect(&text, &mut |len| (1 + rng.next() as usize % 5).min(len));

@@ -219,8 +219,7 @@ impl ToolCallParser {
                     }
                     // Bare JSON that plainly is no call of the request's tools streams at once
                     // rather than being held back until it is complete.
-                    let bare = self.bare || self.format == ToolCallFormat::Json;
-                    if bare && !may_be_call(body, &self.tools) {
+                    if self.bare_attempt() && !may_be_call(body, &self.tools) {
                         self.not_a_call(out);
                         continue;
                     }
@@ -228,8 +227,8 @@ impl ToolCallParser {
                         if !eof {
                             return;
                         }
-                        let marked = matches!(self.format, ToolCallFormat::Tagged { .. }) && !self.bare;
-                        if marked || self.called {
+                        // Not bare: a marker opened it.
+                        if !self.bare_attempt() || self.called {
                             self.buf.clear();
                             self.pending.clear();
                             self.state = State::Passthrough;
@@ -342,6 +341,12 @@ impl ToolCallParser {
         }
     }
 
+    /// Whether the call being read is bare JSON (no marker opened it), which must name one of
+    /// the request's tools.
+    fn bare_attempt(&self) -> bool {
+        self.bare || self.format == ToolCallFormat::Json
+    }
+
     fn calls_from(&self, v: &Value) -> Option<Vec<ToolCall>> {
         let items: Vec<&Value> = match v {
             Value::Array(a) if !a.is_empty() => a.iter().collect(),
@@ -350,8 +355,7 @@ impl ToolCallParser {
         };
         let calls: Option<Vec<ToolCall>> = items.into_iter().map(call_from).collect();
         let calls = calls?;
-        let bare = self.bare || self.format == ToolCallFormat::Json;
-        if bare && !calls.iter().all(|c| self.tools.contains(&c.name)) {
+        if self.bare_attempt() && !calls.iter().all(|c| self.tools.contains(&c.name)) {
             return None;
         }
         Some(calls)
@@ -458,8 +462,17 @@ fn json_value_end(s: &str) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::kernels::tests::Rng;
+
+    /// Up to `max` random `pieces` joined: model output for the randomized parser tests.
+    pub(crate) fn random_text(rng: &mut Rng, pieces: &[&str], max: usize) -> String {
+        let n = 1 + rng.next() as usize % max;
+        (0..n)
+            .map(|_| pieces[rng.next() as usize % pieces.len()])
+            .collect()
+    }
 
     fn tools() -> Vec<String> {
         vec!["get_weather".into(), "get_time".into()]
@@ -592,12 +605,9 @@ mod tests {
             ToolCallFormat::from_tag("[TOOL_CALLS] ["),
             ToolCallFormat::from_tag("{"),
         ];
-        let mut rng = crate::kernels::tests::Rng::new(5);
+        let mut rng = Rng::new(5);
         for case in 0..3000 {
-            let n = 1 + rng.next() as usize % 24;
-            let text: String = (0..n)
-                .map(|_| PIECES[rng.next() as usize % PIECES.len()])
-                .collect();
+            let text = random_text(&mut rng, &PIECES, 24);
             for format in &formats {
                 let whole = run(format.clone(), &text, text.len());
                 for _ in 0..3 {
