@@ -1911,7 +1911,9 @@ unsafe fn prefetch_stream_line(p: *const u8, nta: bool) {
 /// bandwidth changed state between the two runs went either way. With one group per decode
 /// pass there (`kernels::matmul`'s one-group decode), T0 against T1, 3 alternated rounds, one
 /// thread: Q4_0 33-39 against 36-39, Q4_K 35 against 32-34, Q6_K 33-35 against 32-33, so T0
-/// stayed. Intel and older AMD keep T1 (measured there, above).
+/// stayed. Intel and older AMD keep T1 (measured there, above). On an Intel Xeon VM (family 6
+/// model CFh, 2026-12-07, same stream bench, two threads) NTA read 19.7-21.1 GB/s where T1 read
+/// 26.9-29.2 (BENCHMARKS.md).
 #[inline(always)]
 fn prefetch_nta() -> bool {
     is_zen5_or_later()
@@ -1929,6 +1931,9 @@ fn prefetch_nta() -> bool {
 /// 8 KiB ahead 0.99-1.04 (level); one group Q4_0 0.90, Q4_K_M 0.95, Q6_K 0.91, Qwen2.5 0.94,
 /// and Q8_0 1.03-1.14 / Gemma 1.05-1.14 (mostly Q8_0) from run to run, where the kernels alone
 /// streamed Q8_0 slower with one group (out of cache, 2 threads, 39.2-39.7 -> 35.5-35.6 GB/s).
+/// On an Intel Xeon VM (family 6 model CFh, 2026-12-07) the three Zen 5 settings together cost
+/// a third of decode's speed (1.1B tg64, 2 threads, alternated: Q4_0 45.8-48.3 -> 30.2-31.3 t/s,
+/// Q6_K 31.0-32.0 -> 21.5-22.2).
 #[inline(always)]
 pub(super) fn is_zen5_or_later() -> bool {
     this_amd_family() >= 0x1a
