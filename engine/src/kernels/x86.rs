@@ -3033,6 +3033,119 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
     }
 }
 
+/// [`sb_tile_rows`] for the types without minimums or integer super-block sums (Q6_K, Q3_K,
+/// IQ4_XS), two sub-blocks at a time: their `vpdpbusd` chains interleaved, 2 R C independent
+/// chains where one sub-block has R C. Intel issues two `vpdpbusd` a cycle (Zen 4 one) at a
+/// latency of 5, so R C = 8 chains left it waiting. The sub-blocks' float steps go in the same
+/// order, and the super-block sums go on from `out` instead of being held in registers (the
+/// freed registers take the second sub-block's sums): the same bits as [`sb_tile_rows`].
+/// Measured 2026-12-07 on an Intel Xeon VM (family 6 model CFh), alternated with
+/// [`sb_tile_rows`] in one build: `BEST=1 PACKED=1 kernel_bench 1 gemm 512 q6_k` 194-197 ->
+/// 201-205 GMAC/s, Q3_K 199 -> 206; `ollamars bench -t 2`, 1.1B Q6_K, alternated with the
+/// build before: pp512 301-335 -> 318-352 t/s (6 pairs, median ratio 1.07), pp64 297-323 ->
+/// 331-342, pp16 210-225 -> 237-242; 1.1B Q4_K_M (21 Q6_K matrices) pp512 304-346 -> 311-347.
+/// Untimed on AMD so far: the same instructions in another order, plus a load and a store of the
+/// sums per super-block.
+#[inline(always)]
+unsafe fn sb_tile_rows_paired<T: SbType, const R: usize, const C: usize>(
+    g: &PkArgs,
+    src: *const u8,
+    stride: usize,
+    tiles: std::ops::Range<usize>,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    // Monomorphized for every type behind `sb_pair_pass`'s branch, so no const assertion.
+    debug_assert!(!T::MIN && !T::INT_SUM && !T::ROW_D && T::SUBS % 2 == 0);
+    let n_sub = g.side.n_sub;
+    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let qoff = g.side.qoff.as_ptr();
+    let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
+    let first = tiles.start;
+    for tile in tiles {
+        let tp = src.add((tile - first) * T::UNPACKED);
+        let mut accs = [[_mm512_setzero_ps(); C]; R];
+        for j in (0..T::SUBS).step_by(2) {
+            // Sub-block j's sums in `acci`, j + 1's in `accj`.
+            let (js0, js1) = (tile * T::SUBS + j, tile * T::SUBS + j + 1);
+            let (qo0, qo1) = (*qoff.add(js0) as usize, *qoff.add(js1) as usize);
+            let mut acci = [[_mm512_setzero_si512(); C]; R];
+            let mut accj = [[_mm512_setzero_si512(); C]; R];
+            if T::OFF {
+                for c in 0..C {
+                    let i0 = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js0));
+                    let i1 = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js1));
+                    for r in 0..R {
+                        acci[r][c] = i0;
+                        accj[r][c] = i1;
+                    }
+                }
+            }
+            for k in 0..T::STEPS {
+                let mut w = [_mm512_setzero_si512(); R];
+                for (r, w) in w.iter_mut().enumerate() {
+                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k)));
+                }
+                for c in 0..C {
+                    let a = _mm512_set1_epi32((arow[c].add(qo0 + 4 * k) as *const i32).read_unaligned());
+                    for r in 0..R {
+                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r], a);
+                    }
+                }
+                for (r, w) in w.iter_mut().enumerate() {
+                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * (j + 1) + k)));
+                }
+                for c in 0..C {
+                    let a = _mm512_set1_epi32((arow[c].add(qo1 + 4 * k) as *const i32).read_unaligned());
+                    for r in 0..R {
+                        accj[r][c] = _mm512_dpbusd_epi32(accj[r][c], w[r], a);
+                    }
+                }
+            }
+            for (h, sums) in [acci, accj].iter().enumerate() {
+                for r in 0..R {
+                    let s = _mm512_loadu_ps(tp.add(r * stride + 64 * (j + h)) as *const f32);
+                    for c in 0..C {
+                        accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][c]), s, accs[r][c]);
+                    }
+                }
+            }
+        }
+        for c in 0..C {
+            let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
+            for r in 0..R {
+                let o = out.add((t0 + c) * os + 16 * r);
+                let before = if tile == 0 {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(o)
+                };
+                _mm512_storeu_ps(o, _mm512_fmadd_ps(accs[r][c], d, before));
+            }
+        }
+    }
+}
+
+/// [`sb_body_pair`]'s pass of two groups' unpacked `tiles` over 4 tokens from `t0`: paired
+/// sub-blocks where the type allows ([`sb_tile_rows_paired`]).
+#[inline(always)]
+unsafe fn sb_pair_pass<T: SbType>(
+    g: &PkArgs,
+    src: *const u8,
+    stride: usize,
+    tiles: std::ops::Range<usize>,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    if T::MIN || T::INT_SUM || T::ROW_D {
+        sb_tile_rows::<T, 2, 4>(g, src, stride, tiles, t0, out, os)
+    } else {
+        sb_tile_rows_paired::<T, 2, 4>(g, src, stride, tiles, t0, out, os)
+    }
+}
+
 /// Two groups (`group` and `group + gstride`) against a batch: [`sb_body`] with each
 /// activation load shared by 32 rows, in tiles of 4 tokens. The last 1-3 tokens go through the
 /// decode kernel in one pass over the packed tiles (in cache by then) rather than one at a time
@@ -3077,13 +3190,13 @@ unsafe fn sb_body_pair<T: SbType>(
                         prefetch_share(p, bytes, part * tiles.len() + i, n_pieces);
                     }
                     let at = src.add(i * T::UNPACKED);
-                    sb_tile_rows::<T, 2, 4>(g, at, stride, tile..tile + 1, t, out, os);
+                    sb_pair_pass::<T>(g, at, stride, tile..tile + 1, t, out, os);
                 }
             } else {
                 for (p, bytes) in next {
                     prefetch_share(p, bytes, part, n_parts);
                 }
-                sb_tile_rows::<T, 2, 4>(g, src, stride, tiles.clone(), t, out, os);
+                sb_pair_pass::<T>(g, src, stride, tiles.clone(), t, out, os);
             }
             t += 4;
             part += 1;
