@@ -2919,6 +2919,65 @@ unsafe fn sb_decode<T: SbType, const R: usize, const C: usize>(
     }
 }
 
+/// Where sub-block `js`'s integer sums of `C` tokens from `t0` start, for `R` groups:
+/// `-off · Σa` for the offset types ([`SbType::OFF`]), else zero.
+#[inline(always)]
+unsafe fn sb_sums_start<T: SbType, const R: usize, const C: usize>(
+    g: &PkArgs,
+    t0: usize,
+    js: usize,
+) -> [[__m512i; C]; R] {
+    let mut start = [_mm512_setzero_si512(); C];
+    if T::OFF {
+        for (c, start) in start.iter_mut().enumerate() {
+            *start = _mm512_set1_epi32(*g.side.osum.as_ptr().add((t0 + c) * g.side.n_sub + js));
+        }
+    }
+    [start; R]
+}
+
+/// Step `step` of `R` groups' unpacked tile at `tp` (group `r`'s at `tp + r * stride`) against
+/// the `C` tokens' quants at `arow[c] + at`, into `acc`: one load per group, one broadcast per
+/// token, `R C` `vpdpbusd`.
+#[inline(always)]
+unsafe fn sb_step<T: SbType, const R: usize, const C: usize>(
+    tp: *const u8,
+    stride: usize,
+    step: usize,
+    arow: &[*const u8; C],
+    at: usize,
+    acc: &mut [[__m512i; C]; R],
+) {
+    let mut w = [_mm512_setzero_si512(); R];
+    for (r, w) in w.iter_mut().enumerate() {
+        *w = ld512(tp.add(r * stride + T::VALS + 64 * step));
+    }
+    for c in 0..C {
+        let a = _mm512_set1_epi32((arow[c].add(at) as *const i32).read_unaligned());
+        for r in 0..R {
+            acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[r], a);
+        }
+    }
+}
+
+/// Sub-block `j`'s integer sums `sums` times the `R` groups' f32 scales of it (in the unpacked
+/// tile at `tp`, `stride` apart), into `accs`.
+#[inline(always)]
+unsafe fn sb_scale_sums<T: SbType, const R: usize, const C: usize>(
+    tp: *const u8,
+    stride: usize,
+    j: usize,
+    sums: &[[__m512i; C]; R],
+    accs: &mut [[__m512; C]; R],
+) {
+    for r in 0..R {
+        let s = _mm512_loadu_ps(tp.add(r * stride + 64 * j) as *const f32);
+        for c in 0..C {
+            accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][c]), s, accs[r][c]);
+        }
+    }
+}
+
 /// `R` groups' unpacked tiles `tiles` (group `r`'s at `src + r * stride`) against `C` tokens
 /// from `t0`; group `r`'s rows go to `out + 16 r`. Each activation load feeds the `R` groups. A
 /// later chunk of tiles goes on from the sums stored by the earlier ones: the same float steps in
@@ -2934,7 +2993,7 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
     os: usize,
 ) {
     let n_sub = g.side.n_sub;
-    let (sd, so, sm) = (g.side.d.as_ptr(), g.side.osum.as_ptr(), g.side.msum.as_ptr());
+    let (sd, sm) = (g.side.d.as_ptr(), g.side.msum.as_ptr());
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
     // Plain loops, not nested `array::from_fn`: the compiler left those closures out of line,
@@ -2955,24 +3014,9 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
         for j in 0..T::SUBS {
             let js = tile * T::SUBS + j;
             let qo = *qoff.add(js) as usize;
-            let mut init = [_mm512_setzero_si512(); C];
-            if T::OFF {
-                for (c, init) in init.iter_mut().enumerate() {
-                    *init = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js));
-                }
-            }
-            let mut acci = [init; R];
+            let mut acci = sb_sums_start::<T, R, C>(g, t0, js);
             for k in 0..T::STEPS {
-                let mut w = [_mm512_setzero_si512(); R];
-                for (r, w) in w.iter_mut().enumerate() {
-                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k)));
-                }
-                for c in 0..C {
-                    let a = _mm512_set1_epi32((arow[c].add(qo + 4 * k) as *const i32).read_unaligned());
-                    for r in 0..R {
-                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r], a);
-                    }
-                }
+                sb_step::<T, R, C>(tp, stride, T::STEPS * j + k, &arow, qo + 4 * k, &mut acci);
             }
             if T::INT_SUM {
                 for r in 0..R {
@@ -2983,12 +3027,7 @@ unsafe fn sb_tile_rows<T: SbType, const R: usize, const C: usize>(
                 }
                 continue;
             }
-            for r in 0..R {
-                let s = _mm512_loadu_ps(tp.add(r * stride + 64 * j) as *const f32);
-                for c in 0..C {
-                    accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[r][c]), s, accs[r][c]);
-                }
-            }
+            sb_scale_sums::<T, R, C>(tp, stride, j, &acci, &mut accs);
         }
         // The minimums after the sub-blocks, into `accf` in the same order (nothing else adds to
         // it before the super-block's sum below): same bits, and eight registers fewer live in
@@ -3059,7 +3098,7 @@ unsafe fn sb_tile_rows_paired<T: SbType, const R: usize, const C: usize>(
     // Monomorphized for every type behind `sb_pair_pass`'s branch, so no const assertion.
     debug_assert!(!T::MIN && !T::INT_SUM && !T::ROW_D && T::SUBS % 2 == 0);
     let n_sub = g.side.n_sub;
-    let (sd, so) = (g.side.d.as_ptr(), g.side.osum.as_ptr());
+    let sd = g.side.d.as_ptr();
     let qoff = g.side.qoff.as_ptr();
     let arow: [*const u8; C] = std::array::from_fn(|c| g.xq.as_ptr().add((t0 + c) * g.row_bytes));
     let first = tiles.start;
@@ -3067,50 +3106,17 @@ unsafe fn sb_tile_rows_paired<T: SbType, const R: usize, const C: usize>(
         let tp = src.add((tile - first) * T::UNPACKED);
         let mut accs = [[_mm512_setzero_ps(); C]; R];
         for j in (0..T::SUBS).step_by(2) {
-            // Sub-block j's sums in `acci`, j + 1's in `accj`.
-            let (js0, js1) = (tile * T::SUBS + j, tile * T::SUBS + j + 1);
-            let (qo0, qo1) = (*qoff.add(js0) as usize, *qoff.add(js1) as usize);
-            let mut acci = [[_mm512_setzero_si512(); C]; R];
-            let mut accj = [[_mm512_setzero_si512(); C]; R];
-            if T::OFF {
-                for c in 0..C {
-                    let i0 = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js0));
-                    let i1 = _mm512_set1_epi32(*so.add((t0 + c) * n_sub + js1));
-                    for r in 0..R {
-                        acci[r][c] = i0;
-                        accj[r][c] = i1;
-                    }
-                }
-            }
+            // Sub-block j's sums in `acci`, j + 1's in `accj`, their steps alternating.
+            let js = tile * T::SUBS + j;
+            let (qo, qo1) = (*qoff.add(js) as usize, *qoff.add(js + 1) as usize);
+            let mut acci = sb_sums_start::<T, R, C>(g, t0, js);
+            let mut accj = sb_sums_start::<T, R, C>(g, t0, js + 1);
             for k in 0..T::STEPS {
-                let mut w = [_mm512_setzero_si512(); R];
-                for (r, w) in w.iter_mut().enumerate() {
-                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * j + k)));
-                }
-                for c in 0..C {
-                    let a = _mm512_set1_epi32((arow[c].add(qo0 + 4 * k) as *const i32).read_unaligned());
-                    for r in 0..R {
-                        acci[r][c] = _mm512_dpbusd_epi32(acci[r][c], w[r], a);
-                    }
-                }
-                for (r, w) in w.iter_mut().enumerate() {
-                    *w = ld512(tp.add(r * stride + T::VALS + 64 * (T::STEPS * (j + 1) + k)));
-                }
-                for c in 0..C {
-                    let a = _mm512_set1_epi32((arow[c].add(qo1 + 4 * k) as *const i32).read_unaligned());
-                    for r in 0..R {
-                        accj[r][c] = _mm512_dpbusd_epi32(accj[r][c], w[r], a);
-                    }
-                }
+                sb_step::<T, R, C>(tp, stride, T::STEPS * j + k, &arow, qo + 4 * k, &mut acci);
+                sb_step::<T, R, C>(tp, stride, T::STEPS * (j + 1) + k, &arow, qo1 + 4 * k, &mut accj);
             }
-            for (h, sums) in [acci, accj].iter().enumerate() {
-                for r in 0..R {
-                    let s = _mm512_loadu_ps(tp.add(r * stride + 64 * (j + h)) as *const f32);
-                    for c in 0..C {
-                        accs[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][c]), s, accs[r][c]);
-                    }
-                }
-            }
+            sb_scale_sums::<T, R, C>(tp, stride, j, &acci, &mut accs);
+            sb_scale_sums::<T, R, C>(tp, stride, j + 1, &accj, &mut accs);
         }
         for c in 0..C {
             let d = _mm512_set1_ps(*sd.add((t0 + c) * n_sub + tile * T::SUBS));
