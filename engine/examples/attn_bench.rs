@@ -9,13 +9,13 @@
 //!   median over `reps`) and the rate at which the cache is read.
 //! - `attn_bench prefill [tokens] [heads] [kv_heads] [head_dim] [reps]` (default 512 tokens and
 //!   TinyLlama's 32 query heads of 4 KV heads of 64, 10 reps): one layer of a prompt's causal
-//!   attention, in the forward pass's tasks (tiles of [`TILE_ROWS`] rows x one KV head's query
+//!   attention, in the forward pass's tasks (tiles of [`tile_rows`] rows x one KV head's query
 //!   heads). Prints milliseconds per layer (best and median) and the multiply-adds' rate
 //!   (scores and weighted values of the visible cells).
 
 use std::time::Instant;
 
-use engine::ops::attention::{attend_tile, AttnShape, KvView, TileScratch, TILE_ROWS};
+use engine::ops::attention::{attend_tile, tile_rows, AttnShape, KvView, TileScratch};
 use engine::quant::GgmlType;
 
 /// `n` random finite f16 values in [-1, 1) (sign, exponent below 15, any mantissa), as bytes.
@@ -173,8 +173,9 @@ fn prefill(tokens: usize, nh: usize, nkv: usize, dk: usize, reps: usize) {
     let mut out = vec![0f32; tokens * nh * dk];
     let mut scratch = TileScratch::default();
     let (best, median) = time_ms(reps, || {
-        for r0 in (0..tokens).step_by(TILE_ROWS) {
-            let r1 = (r0 + TILE_ROWS).min(tokens);
+        let rows = tile_rows(group);
+        for r0 in (0..tokens).step_by(rows) {
+            let r1 = (r0 + rows).min(tokens);
             let qs: Vec<&[f32]> = q[r0 * nh * dk..r1 * nh * dk].chunks_exact(nh * dk).collect();
             let cells: Vec<&[u32]> = visible[r0..r1].iter().map(Vec::as_slice).collect();
             let tile = &mut out[r0 * nh * dk..r1 * nh * dk];

@@ -18,7 +18,7 @@ use crate::kernels::Isa;
 use crate::kv::{KvCache, Pos, SeqId};
 use crate::ops::attention::{
     attend_tile, can_split, split_dims, split_len, split_maxima_len, split_part, split_scores, split_sums,
-    AttnShape, KvView, TileScratch, TILE_ROWS,
+    tile_rows, AttnShape, KvView, TileScratch,
 };
 use crate::ops::matmul::{matmul_many, ROWS_PER_TASK};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
@@ -167,14 +167,15 @@ fn select_rows(x: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
 }
 
 /// The attention tiles of `rows` (indices into the micro-batch, whose sequences `seq` gives):
-/// runs of at most [`TILE_ROWS`] rows of one sequence, as ranges of `rows`. Rows of different
-/// sequences see different cells, and a tile computes every row's scores over every cell any of
-/// its rows sees: a decode step of several sequences in one tile did that many times the work.
-fn seq_tiles(rows: &[usize], seq: &[SeqId]) -> Vec<Range<usize>> {
+/// runs of at most `max_rows` rows ([`tile_rows`]) of one sequence, as ranges of `rows`. Rows of
+/// different sequences see different cells, and a tile computes every row's scores over every
+/// cell any of its rows sees: a decode step of several sequences in one tile did that many times
+/// the work.
+fn seq_tiles(rows: &[usize], seq: &[SeqId], max_rows: usize) -> Vec<Range<usize>> {
     let mut tiles = Vec::new();
     let mut start = 0;
     for i in 1..=rows.len() {
-        if i == rows.len() || i - start == TILE_ROWS || seq[rows[i]] != seq[rows[start]] {
+        if i == rows.len() || i - start == max_rows || seq[rows[i]] != seq[rows[start]] {
             tiles.push(start..i);
             start = i;
         }
@@ -462,8 +463,8 @@ impl Model {
             // split into parts where that fills idle threads (`decode_head_step`), and then,
             // past a thousand cells, the parts take the scores by cells, then the sums by
             // values instead (`split_decode_attention`).
-            let tiles = seq_tiles(&rows, ub.seq);
             let group = nh / nkv;
+            let tiles = seq_tiles(&rows, ub.seq, tile_rows(group));
             let n_threads = threads::with_current(|tp| tp.n_threads());
             let head_step = if tiles.len() == rows.len() {
                 decode_head_step(group, nkv * tiles.len(), n_threads)
@@ -577,7 +578,8 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_head_step, seq_tiles, Range, TILE_ROWS};
+    use super::{decode_head_step, seq_tiles, Range};
+    use crate::ops::attention::TILE_ROWS;
 
     #[test]
     fn attention_tiles_hold_rows_of_one_sequence() {
@@ -585,15 +587,19 @@ mod tests {
         let rows: Vec<usize> = (0..TILE_ROWS * 2 + 3).collect();
         let seq = vec![0; rows.len()];
         assert_eq!(
-            seq_tiles(&rows, &seq),
+            seq_tiles(&rows, &seq, TILE_ROWS),
             [0..TILE_ROWS, TILE_ROWS..2 * TILE_ROWS, 2 * TILE_ROWS..rows.len()]
         );
         // A decode step of three sequences: one row each.
-        assert_eq!(seq_tiles(&[0, 1, 2], &[2, 0, 1]), [0..1, 1..2, 2..3]);
+        assert_eq!(seq_tiles(&[0, 1, 2], &[2, 0, 1], TILE_ROWS), [0..1, 1..2, 2..3]);
         // Two prompts in one batch, then the output rows of a last layer (indices into the batch).
-        assert_eq!(seq_tiles(&[0, 1, 2, 3, 4], &[0, 0, 0, 1, 1]), [0..3, 3..5]);
-        assert_eq!(seq_tiles(&[2, 4], &[0, 0, 0, 1, 1]), [0..1, 1..2]);
-        assert_eq!(seq_tiles(&[], &[]), Vec::<Range<usize>>::new());
+        assert_eq!(
+            seq_tiles(&[0, 1, 2, 3, 4], &[0, 0, 0, 1, 1], TILE_ROWS),
+            [0..3, 3..5]
+        );
+        assert_eq!(seq_tiles(&[0, 1, 2, 3, 4], &[0; 5], 2), [0..2, 2..4, 4..5]);
+        assert_eq!(seq_tiles(&[2, 4], &[0, 0, 0, 1, 1], TILE_ROWS), [0..1, 1..2]);
+        assert_eq!(seq_tiles(&[], &[], TILE_ROWS), Vec::<Range<usize>>::new());
     }
 
     #[test]

@@ -310,19 +310,42 @@ pub fn attend_head(
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
-/// Query rows of one tile of [`attend_tile`]: with the query heads of a KV head, the queries that
-/// share each K row read and each K/V row conversion.
-pub const TILE_ROWS: usize = 8;
+/// Most query rows of one tile of [`attend_tile`] ([`tile_rows`]).
+pub const TILE_ROWS: usize = 16;
+
+/// Query rows of one prompt tile of [`attend_tile`] for KV heads of `group` query heads: with
+/// them, the queries that share each K row read and each K/V row conversion, and the tile's
+/// fixed costs (plan, masks, the queries' rounding and transposition). A tile's queries go in
+/// whole vectors of [`LANES`]: 8 rows, unless their queries leave lanes empty, then 16 (every
+/// odd group: Qwen2.5 0.5B's 7 heads made 56 queries in 64 lanes, and make 112 in 112). Intel
+/// Xeon, two threads, pp512, alternated runs, 8 -> 16 rows: Qwen2.5 0.5B after 4096 tokens
+/// 271.0 / 271.5 / 269.6 / 274.5 / 273.2 / 274.5 -> 298.1 / 296.2 / 293.9 / 299.0 / 305.7 / 305.9
+/// t/s (32 rows: 286.9 / 298.9), from an empty cache 613.8 / 646.7 / 631.9 / 640.5 -> 640.8 /
+/// 646.0 / 681.0 / 674.5. Where 8 rows fill their lanes, 16 gained nothing: Gemma 3 270M's 4
+/// heads (32 -> 64 lanes) level within its noise (seven pairs from an empty cache, medians 1809
+/// -> 1802), TinyLlama's 8 (64 -> 128 lanes, whose scores over a long context no longer stay in
+/// L2) 154.4 / 151.5 -> 148.9 / 150.1 after 4096 tokens, its Q6_K level from an empty cache.
+/// The tiling never changes the numbers (see the module doc).
+pub fn tile_rows(group: usize) -> usize {
+    let rows = TILE_ROWS / 2;
+    if k::padded_queries(rows * group) > rows * group {
+        TILE_ROWS
+    } else {
+        rows
+    }
+}
+
 /// Cells per block, by absolute cell index: a block's K and V rows are converted to f32 once per
 /// tile and pass, and stay in cache while every query of the tile takes them in. Blocks shape the
 /// work only, never the numbers (see the module doc).
 pub const BLOCK_CELLS: usize = 64;
-/// Most scores (f32) a tile keeps from its first pass to its second: 4 MB (16 KB in unit tests,
-/// so that their longer contexts take the path that computes the scores again). Reading them
-/// back from L3 or memory costs far less than computing them again: a prompt tile of 64 query
-/// lanes keeps 1 MB at 4k cells, and Qwen2.5 0.5B's pp512 after 4096 tokens went 1.2-1.4x
-/// faster than with the former 256 KB, Gemma 3 270M's 1.05-1.13x.
-const KEEP_SCORES: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
+/// Most scores (f32) a tile keeps from its first pass to its second: 8 MB (16 KB in unit tests,
+/// so that their longer contexts take the path that computes the scores again), 18k cells of a
+/// tile of 112 query lanes ([`tile_rows`]: 16 rows of Qwen2.5 0.5B's 7 heads), 16k of 128 (8
+/// rows of 16 heads). Reading them back from L3 or memory costs far less than computing them
+/// again: with tiles of 8 rows (64 lanes) and 4 MB, Qwen2.5 0.5B's pp512 after 4096 tokens went
+/// 1.2-1.4x faster than with the former 256 KB, Gemma 3 270M's 1.05-1.13x.
+const KEEP_SCORES: usize = if cfg!(test) { 1 << 12 } else { 2 << 20 };
 
 /// Reusable buffers of one worker for [`attend_tile`] and the split decode steps
 /// ([`split_scores`], [`split_sums`]); their size depends on the tile and the head sizes, not on
@@ -978,10 +1001,29 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn prompt_tiles_fill_whole_vectors() {
+        for group in 1..=16 {
+            let rows = tile_rows(group);
+            assert!(
+                (TILE_ROWS / 2..=TILE_ROWS).contains(&rows),
+                "group {group}: {rows} rows"
+            );
+            let nq = rows * group;
+            assert_eq!(
+                k::padded_queries(nq),
+                nq,
+                "group {group}: {rows} rows leave lanes empty"
+            );
+        }
+        // Qwen2.5 0.5B's 7 heads take 16 rows; Gemma 3's 4 and TinyLlama's 8 fill 8.
+        assert_eq!((tile_rows(7), tile_rows(4), tile_rows(8)), (16, 8, 8));
+    }
+
     /// The tiled path, on every instruction-set tier this CPU has, against the scalar per-head
     /// reference, bit for bit, on random caches: F16 with odd head sizes (and dk != dv) and Q8_0,
     /// GQA ratios 1 to 8, contexts from one cell to several blocks, causal rows with a sliding
-    /// window and cells of another sequence left out, soft-capping; tiles of 1 to 8 rows.
+    /// window and cells of another sequence left out, soft-capping; tiles of 1 to 16 rows.
     #[test]
     fn tiles_match_per_head_attention() {
         let mut seed = 7;
@@ -1052,7 +1094,7 @@ mod tests {
                         );
                     }
                     for isa in Isa::supported() {
-                        for tile_rows in [TILE_ROWS, 3, 1] {
+                        for tile_rows in [TILE_ROWS, TILE_ROWS / 2, 3, 1] {
                             let got = tiled(isa, &qs, kv, &visible, &shape, tile_rows);
                             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                                 assert!(
