@@ -1094,12 +1094,12 @@ mod tests {
                         );
                     }
                     for isa in Isa::supported() {
-                        for tile_rows in [TILE_ROWS, TILE_ROWS / 2, 3, 1] {
-                            let got = tiled(isa, &qs, kv, &visible, &shape, tile_rows);
+                        for per_tile in [TILE_ROWS, TILE_ROWS / 2, 3, 1] {
+                            let got = tiled(isa, &qs, kv, &visible, &shape, per_tile);
                             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                                 assert!(
                                     a.to_bits() == b.to_bits(),
-                                    "{isa} tiles of {tile_rows}: {ty:?} dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
+                                    "{isa} tiles of {per_tile}: {ty:?} dk {dk} dv {dv} heads {nh}/{nkv} cells {n_cells} window {window:?}: value {i}: {a} vs {b}"
                                 );
                             }
                         }
@@ -1109,22 +1109,22 @@ mod tests {
         }
     }
 
-    /// All rows' outputs through tiles of `tile_rows` rows x each KV head's query heads.
+    /// All rows' outputs through tiles of `per_tile` rows x each KV head's query heads.
     fn tiled(
         isa: Isa,
         qs: &[Vec<f32>],
         kv: KvView,
         visible: &[Vec<u32>],
         shape: &AttnShape,
-        tile_rows: usize,
+        per_tile: usize,
     ) -> Vec<f32> {
         let (nh, dv) = (shape.n_head, shape.head_dim_v);
         let g = nh / shape.n_kv_head;
         let n_rows = qs.len();
         let mut got = vec![0f32; n_rows * nh * dv];
         let mut scratch = TileScratch::default();
-        for r0 in (0..n_rows).step_by(tile_rows) {
-            let r1 = (r0 + tile_rows).min(n_rows);
+        for r0 in (0..n_rows).step_by(per_tile) {
+            let r1 = (r0 + per_tile).min(n_rows);
             let q: Vec<&[f32]> = qs[r0..r1].iter().map(|v| v.as_slice()).collect();
             let cells: Vec<&[u32]> = visible[r0..r1].iter().map(|v| v.as_slice()).collect();
             for kvh in 0..shape.n_kv_head {
