@@ -313,19 +313,19 @@ pub fn attend_head(
 /// Most query rows of one tile of [`attend_tile`] ([`tile_rows`]).
 pub const TILE_ROWS: usize = 16;
 
-/// Query rows of one prompt tile of [`attend_tile`] for KV heads of `group` query heads: with
-/// them, the queries that share each K row read and each K/V row conversion, and the tile's
-/// fixed costs (plan, masks, the queries' rounding and transposition). A tile's queries go in
-/// whole vectors of [`LANES`]: 8 rows, unless their queries leave lanes empty, then 16 (every
-/// odd group: Qwen2.5 0.5B's 7 heads made 56 queries in 64 lanes, and make 112 in 112). Intel
-/// Xeon, two threads, pp512, alternated runs, 8 -> 16 rows: Qwen2.5 0.5B after 4096 tokens
-/// 271.0 / 271.5 / 269.6 / 274.5 / 273.2 / 274.5 -> 298.1 / 296.2 / 293.9 / 299.0 / 305.7 / 305.9
-/// t/s (32 rows: 286.9 / 298.9), from an empty cache 613.8 / 646.7 / 631.9 / 640.5 -> 640.8 /
-/// 646.0 / 681.0 / 674.5. Where 8 rows fill their lanes, 16 gained nothing: Gemma 3 270M's 4
-/// heads (32 -> 64 lanes) level within its noise (seven pairs from an empty cache, medians 1809
-/// -> 1802), TinyLlama's 8 (64 -> 128 lanes, whose scores over a long context no longer stay in
-/// L2) 154.4 / 151.5 -> 148.9 / 150.1 after 4096 tokens, its Q6_K level from an empty cache.
-/// The tiling never changes the numbers (see the module doc).
+/// Query rows of one prompt tile of [`attend_tile`] for KV heads of `group` query heads: with them,
+/// the queries that share each K row read and each K/V row conversion, and the tile's fixed costs
+/// (plan, masks, the queries' rounding and transposition). A tile's queries go in vectors of
+/// [`LANES`] (8 lanes for at most 8, [`k::padded_queries`]): 8 rows, unless their queries would
+/// leave lanes empty, then 16 (odd groups from 3: Qwen2.5 0.5B's 7 heads made 56 queries in 64
+/// lanes, and make 112 in 112). Intel Xeon, two threads, pp512, alternated runs, 8 -> 16 rows:
+/// Qwen2.5 0.5B after 4096 tokens 271.0 / 271.5 / 269.6 / 274.5 / 273.2 / 274.5 -> 298.1 / 296.2 /
+/// 293.9 / 299.0 / 305.7 / 305.9 t/s (32 rows: 286.9 / 298.9), from an empty cache 613.8 / 646.7 /
+/// 631.9 / 640.5 -> 640.8 / 646.0 / 681.0 / 674.5. Where 8 rows fill their lanes, 16 gained
+/// nothing: Gemma 3 270M's 4 heads (32 -> 64 lanes) level within its noise (seven pairs from an
+/// empty cache, medians 1809 -> 1802), TinyLlama's 8 (64 -> 128 lanes, whose scores over a long
+/// context no longer stay in L2) 154.4 / 151.5 -> 148.9 / 150.1 after 4096 tokens, its Q6_K level
+/// from an empty cache. The tiling never changes the numbers (see the module doc).
 pub fn tile_rows(group: usize) -> usize {
     let rows = TILE_ROWS / 2;
     if k::padded_queries(rows * group) > rows * group {
@@ -1016,8 +1016,12 @@ mod tests {
                 "group {group}: {rows} rows leave lanes empty"
             );
         }
-        // Qwen2.5 0.5B's 7 heads take 16 rows; Gemma 3's 4 and TinyLlama's 8 fill 8.
-        assert_eq!((tile_rows(7), tile_rows(4), tile_rows(8)), (16, 8, 8));
+        // Qwen2.5 0.5B's 7 heads take 16 rows; Gemma 3's 4 and TinyLlama's 8 fill 8, and one
+        // head per KV head fills the 8-lane tiles.
+        assert_eq!(
+            (tile_rows(7), tile_rows(4), tile_rows(8), tile_rows(1)),
+            (16, 8, 8, 8)
+        );
     }
 
     /// The tiled path, on every instruction-set tier this CPU has, against the scalar per-head
