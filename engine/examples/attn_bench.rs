@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use engine::ops::attention::{attend_tile, tile_rows, AttnShape, KvView, TileScratch};
+use engine::ops::attention::{attend_tile, tile_rows, AttnShape, KvView, TileScratch, Visible};
 use engine::quant::GgmlType;
 
 /// `n` random finite f16 values in [-1, 1) (sign, exponent below 15, any mantissa), as bytes.
@@ -105,6 +105,7 @@ fn main() {
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
     let cells: Vec<u32> = (0..n_cells as u32).collect();
+    let cells = Visible::new(&cells);
     let shape = AttnShape {
         n_head: nh,
         n_kv_head: nkv,
@@ -124,7 +125,7 @@ fn main() {
                 attend_tile(
                     &[&q],
                     kv,
-                    &[&cells],
+                    &[cells],
                     &shape,
                     kvh * group..(kvh + 1) * group,
                     &mut scratch,
@@ -160,7 +161,8 @@ fn prefill(tokens: usize, nh: usize, nkv: usize, dk: usize, reps: usize) {
     let q: Vec<f32> = (0..tokens * nh * dk)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    let visible: Vec<Vec<u32>> = (0..tokens as u32).map(|t| (0..=t).collect()).collect();
+    let lists: Vec<Vec<u32>> = (0..tokens as u32).map(|t| (0..=t).collect()).collect();
+    let visible: Vec<Visible> = lists.iter().map(|v| Visible::new(v)).collect();
     let shape = AttnShape {
         n_head: nh,
         n_kv_head: nkv,
@@ -177,14 +179,14 @@ fn prefill(tokens: usize, nh: usize, nkv: usize, dk: usize, reps: usize) {
         for r0 in (0..tokens).step_by(rows) {
             let r1 = (r0 + rows).min(tokens);
             let qs: Vec<&[f32]> = q[r0 * nh * dk..r1 * nh * dk].chunks_exact(nh * dk).collect();
-            let cells: Vec<&[u32]> = visible[r0..r1].iter().map(Vec::as_slice).collect();
+            let cells = &visible[r0..r1];
             let tile = &mut out[r0 * nh * dk..r1 * nh * dk];
             for kvh in 0..nkv {
                 let mut slots: Vec<Option<&mut [f32]>> = tile.chunks_exact_mut(dk).map(Some).collect();
                 attend_tile(
                     &qs,
                     kv,
-                    &cells,
+                    cells,
                     &shape,
                     kvh * group..(kvh + 1) * group,
                     &mut scratch,

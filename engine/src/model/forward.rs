@@ -18,7 +18,7 @@ use crate::kernels::Isa;
 use crate::kv::{KvCache, Pos, SeqId};
 use crate::ops::attention::{
     attend_tile, can_split, split_dims, split_len, split_maxima_len, split_part, split_scores, split_sums,
-    tile_rows, AttnShape, KvView, TileScratch,
+    tile_rows, AttnShape, KvView, TileScratch, Visible,
 };
 use crate::ops::matmul::{matmul_many, ROWS_PER_TASK};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
@@ -231,7 +231,7 @@ const SPLIT_MAX_SCORES: usize = 1 << 20;
 fn split_decode_attention(
     q: &[f32],
     rows: &[usize],
-    visible: &[Vec<u32>],
+    visible: &[Visible],
     cache: KvView,
     shape: &AttnShape,
     parts: usize,
@@ -248,7 +248,7 @@ fn split_decode_attention(
     let mut total = 0;
     for &t in rows {
         starts.push(total);
-        total += nkv * split_len(&visible[t], group);
+        total += nkv * split_len(visible[t].cells(), group);
     }
     split_s.resize(total, 0.0);
     // Task i = (row j, KV head, part) in that order writes maxima i.
@@ -258,9 +258,9 @@ fn split_decode_attention(
     let (s_ptr, m_ptr) = (OutPtr(split_s.as_mut_ptr()), OutPtr(split_m.as_mut_ptr()));
     for_each_attention_task(n_tasks, |i, scratch| {
         let (j, kvh, p) = task(i);
-        let (t, cells) = (rows[j], &visible[rows[j]]);
-        let base = starts[j] + kvh * split_len(cells, group);
-        let at = split_part(cells, group, p, parts);
+        let (t, cells) = (rows[j], visible[rows[j]]);
+        let base = starts[j] + kvh * split_len(cells.cells(), group);
+        let at = split_part(cells.cells(), group, p, parts);
         // SAFETY: task i alone writes part p of (row j, KV head kvh)'s scores and
         // maxima i, inside `split_s` (`total`) and `split_m`, which outlive the step.
         let (s, m) = unsafe {
@@ -275,8 +275,8 @@ fn split_decode_attention(
     let (split_s, split_m) = (&*split_s, &*split_m);
     for_each_attention_task(n_tasks, |i, scratch| {
         let (j, kvh, p) = task(i);
-        let cells = &visible[rows[j]];
-        let len = split_len(cells, group);
+        let cells = visible[rows[j]];
+        let len = split_len(cells.cells(), group);
         let s = &split_s[starts[j] + kvh * len..][..len];
         let first = i - p;
         let m = &split_m[first * m_len..(first + parts) * m_len];
@@ -355,7 +355,7 @@ impl Model {
             .collect();
 
         // The cells each token may see, per KV pool: the same in every layer of the pool.
-        let visible: Vec<Vec<Vec<u32>>> = kv
+        let lists: Vec<Vec<Vec<u32>>> = kv
             .pools()
             .iter()
             .map(|cells| {
@@ -367,6 +367,11 @@ impl Model {
                     })
                     .collect()
             })
+            .collect();
+        // Checked once here, taken as they are by every layer's tiles.
+        let visible: Vec<Vec<Visible>> = lists
+            .iter()
+            .map(|pool| pool.iter().map(|v| Visible::new(v)).collect())
             .collect();
 
         let last = hp.n_layer - 1;
@@ -474,10 +479,10 @@ impl Model {
             let parts = group / head_step;
             let split = parts > 1
                 && can_split(Isa::active(), cache.ty, group, dv, parts)
-                && rows.iter().any(|&t| visible[t].len() >= SPLIT_MIN_CELLS)
+                && rows.iter().any(|&t| visible[t].cells().len() >= SPLIT_MIN_CELLS)
                 && rows
                     .iter()
-                    .all(|&t| split_len(&visible[t], group) <= SPLIT_MAX_SCORES);
+                    .all(|&t| split_len(visible[t].cells(), group) <= SPLIT_MAX_SCORES);
             if split {
                 let bufs = (&mut split_s, &mut split_m);
                 split_decode_attention(q, &rows, visible, cache, &shape, parts, bufs, dst);
@@ -488,7 +493,7 @@ impl Model {
                     let r0 = tile.start;
                     let tile = &rows[tile.clone()];
                     let qs: Vec<&[f32]> = tile.iter().map(|&t| &q[t * nh * dk..(t + 1) * nh * dk]).collect();
-                    let cells: Vec<&[u32]> = tile.iter().map(|&t| visible[t].as_slice()).collect();
+                    let cells: Vec<Visible> = tile.iter().map(|&t| visible[t]).collect();
                     attend_tile(&qs, cache, &cells, &shape, h0..h0 + head_step, scratch, |r, h| {
                         // SAFETY: (row r0 + r, head h) is written by this task alone,
                         // in bounds of `attn`, which outlives the step.
