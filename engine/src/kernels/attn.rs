@@ -175,6 +175,21 @@ pub fn scores_f16(
     }
 }
 
+/// `s = s * f` per value: a block's scores times the attention's scale (one rounding per value, so
+/// every tier gives the scalar code's bits). The scalar loop builds for baseline x86-64 (4 lanes);
+/// a prompt's tiles scale every score they compute.
+pub fn scale(isa: Isa, s: &mut [f32], f: f32) {
+    let done = match isa {
+        // SAFETY: the tier is the active one (supported); the kernels stay inside `s`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx => unsafe { x86::scale_avx512(s.as_mut_ptr(), s.len(), f) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => unsafe { x86::scale_avx2(s.as_mut_ptr(), s.len(), f) },
+        _ => 0,
+    };
+    s[done..].iter_mut().for_each(|x| *x *= f);
+}
+
 /// The running maximum score of each query lane: `m = max(m, s_c)` over the block's `nc` cells.
 /// A maximum is exact, so it does not depend on how the cells are split into blocks.
 pub fn block_max(isa: Isa, s: &[f32], nqp: usize, nc: usize, m: &mut [f32]) {
@@ -1630,6 +1645,26 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores_avx2(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
         lanes::scores::<V256, 2>(qt, nqp, k, dk, nc, s)
+    }
+
+    /// [`super::scale`] of the whole vectors of `n` values at `s`; returns how many it did.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scale_avx512(s: *mut f32, n: usize, f: f32) -> usize {
+        let fv = _mm512_set1_ps(f);
+        for i in (0..n / 16 * 16).step_by(16) {
+            _mm512_storeu_ps(s.add(i), _mm512_mul_ps(_mm512_loadu_ps(s.add(i)), fv));
+        }
+        n / 16 * 16
+    }
+
+    /// [`super::scale`] of the whole vectors of `n` values at `s`; returns how many it did.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn scale_avx2(s: *mut f32, n: usize, f: f32) -> usize {
+        let fv = _mm256_set1_ps(f);
+        for i in (0..n / 8 * 8).step_by(8) {
+            _mm256_storeu_ps(s.add(i), _mm256_mul_ps(_mm256_loadu_ps(s.add(i)), fv));
+        }
+        n / 8 * 8
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -456,6 +456,9 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                         "{isa} scores from paired keys: nq {nq} dk {dk} cells {nc}"
                     );
                 }
+                // Scaled, from the second value on (an odd count, off the vectors' alignment).
+                let mut scaled = s.clone();
+                attn::scale(isa, &mut scaled[1..], 0.137);
                 let (mut m, mut l) = (vec![f32::NEG_INFINITY; nqp], vec![0.5f32; nqp]);
                 attn::block_max(isa, &s, nqp, nc, &mut m);
                 let mut w = s.clone();
@@ -463,11 +466,11 @@ fn attention_kernels_match_the_scalar_code_bitwise() {
                 // And without the f16 rounding (a cache of another type), from these sums on.
                 let mut w32 = s.clone();
                 attn::weights(isa, &mut w32, nqp, nc, &m, &mut l, false);
-                [s, m, l, w, w32]
+                [s, m, l, w, w32, scaled]
             };
             let want = run(Isa::Scalar);
             for isa in Isa::supported() {
-                for (what, (got, want)) in ["scores", "max", "sums", "weights", "f32 weights"]
+                for (what, (got, want)) in ["scores", "max", "sums", "weights", "f32 weights", "scaled"]
                     .iter()
                     .zip(run(isa).iter().zip(&want))
                 {

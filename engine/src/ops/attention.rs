@@ -619,15 +619,15 @@ impl<'a> Plan<'a> {
                 &mut s[done * nqp..],
             );
         }
-        // The block's scores finished in one loop the compiler vectorizes (padding lanes too:
-        // nothing reads them), then, unless every row sees all the cells, the cells a row does
+        // The block's scores finished over the whole block (padding lanes too: nothing reads
+        // them), then, unless every row sees all the cells, the cells a row does
         // not see masked.
         let s = &mut s[..nc * nqp];
         let shape = &self.shape;
         if shape.softcap > 0.0 {
             s.iter_mut().for_each(|x| *x = finish_score(*x, shape));
         } else {
-            s.iter_mut().for_each(|x| *x *= shape.kq_scale);
+            k::scale(isa, s, shape.kq_scale);
         }
         let span = (u64::MAX >> (64 - nc)) << first;
         if masks.iter().any(|m| m & span != span) {
