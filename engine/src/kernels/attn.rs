@@ -185,6 +185,8 @@ pub fn scale(isa: Isa, s: &mut [f32], f: f32) {
         Isa::Avx512 | Isa::Amx => unsafe { x86::scale_avx512(s.as_mut_ptr(), s.len(), f) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => unsafe { x86::scale_avx2(s.as_mut_ptr(), s.len(), f) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::scale(s.as_mut_ptr(), s.len(), f) },
         _ => 0,
     };
     s[done..].iter_mut().for_each(|x| *x *= f);
@@ -563,6 +565,7 @@ mod lanes {
         unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
         unsafe fn add(self, o: Self) -> Self;
         unsafe fn sub(self, o: Self) -> Self;
+        unsafe fn mul(self, o: Self) -> Self;
         unsafe fn max(self, o: Self) -> Self;
         /// [`crate::kernels::exp::exp_neg`] per lane.
         unsafe fn exp_neg(self) -> Self;
@@ -674,6 +677,16 @@ mod lanes {
             }
             j += q * V::W;
         }
+    }
+
+    /// [`super::scale`] of the whole vectors of `n` values at `s`; returns how many it did.
+    #[inline(always)]
+    pub(super) unsafe fn scale<V: Lanes>(s: *mut f32, n: usize, f: f32) -> usize {
+        let (fv, done) = (V::splat(f), n / V::W * V::W);
+        for i in (0..done).step_by(V::W) {
+            V::load(s.add(i)).mul(fv).store(s.add(i));
+        }
+        done
     }
 
     #[inline(always)]
@@ -887,6 +900,10 @@ mod neon {
         unsafe fn sub(self, o: Self) -> Self {
             V128(vsubq_f32(self.0, o.0))
         }
+        #[inline(always)]
+        unsafe fn mul(self, o: Self) -> Self {
+            V128(vmulq_f32(self.0, o.0))
+        }
         /// `f32::max`'s (IEEE maxNum: a NaN loses to a number).
         #[inline(always)]
         unsafe fn max(self, o: Self) -> Self {
@@ -944,6 +961,11 @@ mod neon {
     #[target_feature(enable = "neon")]
     pub unsafe fn scores(qt: *const f32, nqp: usize, k: *const f32, dk: usize, nc: usize, s: *mut f32) {
         lanes::scores::<V128, 4>(qt, nqp, k, dk, nc, s)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn scale(s: *mut f32, n: usize, f: f32) -> usize {
+        lanes::scale::<V128>(s, n, f)
     }
 
     #[target_feature(enable = "neon")]
@@ -1042,6 +1064,10 @@ mod x86 {
             V512(_mm512_sub_ps(self.0, o.0))
         }
         #[inline(always)]
+        unsafe fn mul(self, o: Self) -> Self {
+            V512(_mm512_mul_ps(self.0, o.0))
+        }
+        #[inline(always)]
         unsafe fn max(self, o: Self) -> Self {
             V512(_mm512_max_ps(self.0, o.0))
         }
@@ -1103,6 +1129,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn sub(self, o: Self) -> Self {
             V256(_mm256_sub_ps(self.0, o.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(self, o: Self) -> Self {
+            V256(_mm256_mul_ps(self.0, o.0))
         }
         #[inline(always)]
         unsafe fn max(self, o: Self) -> Self {
@@ -1647,24 +1677,14 @@ mod x86 {
         lanes::scores::<V256, 2>(qt, nqp, k, dk, nc, s)
     }
 
-    /// [`super::scale`] of the whole vectors of `n` values at `s`; returns how many it did.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn scale_avx512(s: *mut f32, n: usize, f: f32) -> usize {
-        let fv = _mm512_set1_ps(f);
-        for i in (0..n / 16 * 16).step_by(16) {
-            _mm512_storeu_ps(s.add(i), _mm512_mul_ps(_mm512_loadu_ps(s.add(i)), fv));
-        }
-        n / 16 * 16
+        lanes::scale::<V512>(s, n, f)
     }
 
-    /// [`super::scale`] of the whole vectors of `n` values at `s`; returns how many it did.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scale_avx2(s: *mut f32, n: usize, f: f32) -> usize {
-        let fv = _mm256_set1_ps(f);
-        for i in (0..n / 8 * 8).step_by(8) {
-            _mm256_storeu_ps(s.add(i), _mm256_mul_ps(_mm256_loadu_ps(s.add(i)), fv));
-        }
-        n / 8 * 8
+        lanes::scale::<V256>(s, n, f)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
